@@ -1,0 +1,130 @@
+"""Config value types shared by components: durations, TLS, retry, queue, auth.
+
+Key names and defaults follow the OpenTelemetry Collector's (configtls, configretry,
+exporterhelper queue) so an otelcol user reads a gputally config at once.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+__all__ = [
+    "AuthSettings",
+    "ClientTLSSettings",
+    "Duration",
+    "QueueSettings",
+    "RetrySettings",
+    "ServerTLSSettings",
+    "Strict",
+    "parse_duration",
+]
+
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a Go-style duration (``"5s"``, ``"1m30s"``, ``"250ms"``) or a number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as '5s' or '250ms'")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        if text in ("0", ""):
+            return 0.0
+        parts = _DURATION_PART.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise ValueError(f"{value!r} is not a duration such as '5s', '250ms' or '1m30s'")
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    else:
+        raise ValueError("expected a duration such as '5s' or '250ms'")
+    if seconds < 0:
+        raise ValueError("a duration cannot be negative")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+"""Seconds, written in config as ``"5s"``, ``"100ms"``, ``"1m"``."""
+
+
+class Strict(BaseModel):
+    """Base of every config section: unknown keys are errors; field docstrings document keys."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+class ServerTLSSettings(Strict):
+    """TLS for a listening endpoint (``tls:`` under a receiver protocol)."""
+
+    cert_file: Path
+    """PEM certificate chain the server presents."""
+    key_file: Path
+    """PEM private key for ``cert_file``."""
+    client_ca_file: Path | None = None
+    """When set, clients must present a certificate signed by this CA (mutual TLS)."""
+
+
+class ClientTLSSettings(Strict):
+    """TLS for an outgoing connection (``tls:`` under an exporter)."""
+
+    insecure: bool = False
+    """Plain text (no TLS) for gRPC; otlphttp follows the URL scheme instead."""
+    ca_file: Path | None = None
+    """CA bundle to verify the server with; the system roots when unset."""
+    cert_file: Path | None = None
+    """Client certificate, for servers that demand mutual TLS."""
+    key_file: Path | None = None
+    """Private key for ``cert_file``."""
+    insecure_skip_verify: bool = False
+    """Accept any server certificate. For tests only."""
+    server_name_override: str | None = None
+    """Name to verify the server certificate against, instead of the endpoint's host."""
+
+    @model_validator(mode="after")
+    def _pair(self) -> ClientTLSSettings:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together")
+        return self
+
+
+class AuthSettings(Strict):
+    """``auth:`` under a receiver protocol or exporter: which authenticator extension to use."""
+
+    authenticator: str
+    """ID of a ``bearertokenauth`` extension, for example ``bearertokenauth`` or ``bearertokenauth/gpu``."""
+
+
+class RetrySettings(Strict):
+    """``retry_on_failure``: exponential backoff with jitter, as the Collector's exporters do."""
+
+    enabled: bool = True
+    initial_interval: Duration = 5.0
+    """Wait after the first failure."""
+    randomization_factor: float = Field(0.5, ge=0, le=1)
+    """Each wait is drawn from interval * (1 ± factor)."""
+    multiplier: float = Field(1.5, ge=1)
+    """Growth of the interval after each failure."""
+    max_interval: Duration = 30.0
+    """Cap on one wait."""
+    max_elapsed_time: Duration = 300.0
+    """Give up on a batch after this long; 0 retries forever."""
+
+
+class QueueSettings(Strict):
+    """``sending_queue``: batches wait here for the backend; bounded, optionally on disk."""
+
+    enabled: bool = True
+    num_consumers: int = Field(10, ge=1, le=1000)
+    """Batches sent concurrently."""
+    queue_size: int = Field(1000, ge=1)
+    """Most batches held; beyond it new data is refused (and counted)."""
+    storage: Path | None = None
+    """Directory that keeps the queue on disk, so a restart loses nothing."""
+
+
+Compression = Literal["gzip", "none", ""]

@@ -1,0 +1,172 @@
+"""The unit that flows through a pipeline: one OTLP export request and what is known of it."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from typing import Any, TypeAlias
+
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from gputally.errors import InvalidRequest
+from gputally.otlp.census import Census, census_logs, census_metrics, census_traces
+
+__all__ = ["REQUEST_TYPES", "RESPONSE_TYPES", "Batch", "Request", "Signal"]
+
+Request: TypeAlias = ExportMetricsServiceRequest | ExportLogsServiceRequest | ExportTraceServiceRequest
+
+
+class Signal(enum.StrEnum):
+    METRICS = "metrics"
+    LOGS = "logs"
+    TRACES = "traces"
+
+
+REQUEST_TYPES: dict[Signal, type[Any]] = {
+    Signal.METRICS: ExportMetricsServiceRequest,
+    Signal.LOGS: ExportLogsServiceRequest,
+    Signal.TRACES: ExportTraceServiceRequest,
+}
+RESPONSE_TYPES: dict[Signal, type[Any]] = {
+    Signal.METRICS: ExportMetricsServiceResponse,
+    Signal.LOGS: ExportLogsServiceResponse,
+    Signal.TRACES: ExportTraceServiceResponse,
+}
+_CENSUS: dict[Signal, Callable[[bytes], Census]] = {
+    Signal.METRICS: census_metrics,
+    Signal.LOGS: census_logs,
+    Signal.TRACES: census_traces,
+}
+
+
+class Batch:
+    """An OTLP export request with its serialized form cached until someone changes it.
+
+    Processors that only read use :attr:`message`; processors that change anything must get
+    the message through :meth:`mutable`, which drops the cached bytes so :meth:`serialize`
+    encodes the changed message. A request that no processor changed is forwarded as the
+    bytes that arrived, never re-encoded.
+
+    ``items`` counts data points (metrics), log records (logs) or spans (traces). ``rejected``
+    counts items refused as invalid, reported to the sender as OTLP partial success.
+    """
+
+    __slots__ = ("_message", "_raw", "items", "rejected", "rejection", "signal")
+
+    def __init__(
+        self,
+        signal: Signal,
+        *,
+        message: Request | None = None,
+        raw: bytes | None = None,
+        items: int | None = None,
+    ) -> None:
+        if message is None and raw is None:
+            raise ValueError("a Batch needs a message or its serialized bytes")
+        self.signal = signal
+        self._message = message
+        self._raw = raw
+        if items is None:
+            items = _CENSUS[signal](self.serialize()).items
+        self.items = items
+        self.rejected = 0
+        self.rejection = ""
+
+    @classmethod
+    def decode(cls, signal: Signal, raw: bytes) -> Batch:
+        """Parse and count a request as received; undecodable bytes raise InvalidRequest.
+
+        Metrics without a name break the OTLP data model: they are removed here and their
+        points reported as rejected.
+        """
+        message = REQUEST_TYPES[signal]()
+        try:
+            message.ParseFromString(raw)
+            census = _CENSUS[signal](raw)
+        except DecodeError as exc:
+            raise InvalidRequest(f"cannot decode OTLP {signal} request: {exc}") from exc
+        batch = cls(signal, message=message, raw=raw, items=census.items)
+        if census.nameless_metrics:
+            batch._drop_nameless_metrics()
+        return batch
+
+    @classmethod
+    def concat(cls, batches: Iterable[Batch]) -> Batch:
+        """One request holding all of ``batches`` (of one signal), without decoding them.
+
+        An export request has a single repeated field, so concatenated encodings are the
+        encoding of the concatenated request.
+        """
+        batches = list(batches)
+        if not batches:
+            raise ValueError("nothing to concatenate")
+        signal = batches[0].signal
+        if any(b.signal is not signal for b in batches):
+            raise ValueError("cannot concatenate batches of different signals")
+        if len(batches) == 1:
+            return batches[0]
+        raw = b"".join(b.serialize() for b in batches)
+        return cls(signal, raw=raw, items=sum(b.items for b in batches))
+
+    @property
+    def message(self) -> Any:
+        """The decoded request, for reading. Use :meth:`mutable` to change it."""
+        if self._message is None:
+            message = REQUEST_TYPES[self.signal]()
+            message.ParseFromString(self._raw)
+            self._message = message
+        return self._message
+
+    def mutable(self) -> Any:
+        """The decoded request, for changing: the cached encoding is dropped."""
+        message = self.message
+        self._raw = None
+        return message
+
+    def serialize(self) -> bytes:
+        """The request's encoding: the received bytes when nothing changed them."""
+        if self._raw is None:
+            assert self._message is not None
+            self._raw = self._message.SerializeToString()
+        return self._raw
+
+    def recount(self) -> None:
+        """Count items again after a processor removed some."""
+        self.items = _CENSUS[self.signal](self.serialize()).items
+
+    def copy(self) -> Batch:
+        """An independent batch with the same content (for fan-out to several pipelines)."""
+        twin = Batch(self.signal, raw=self.serialize(), items=self.items)
+        twin.rejected, twin.rejection = self.rejected, self.rejection
+        return twin
+
+    def reject(self, items: int, reason: str) -> None:
+        """Record ``items`` refused as invalid, to be reported as partial success."""
+        self.rejected += items
+        self.rejection = reason if not self.rejection else f"{self.rejection}; {reason}"
+
+    def _drop_nameless_metrics(self) -> None:
+        before = self.items
+        for resource in self.mutable().resource_metrics:
+            for scope in resource.scope_metrics:
+                keep = [m for m in scope.metrics if m.name]
+                if len(keep) != len(scope.metrics):
+                    del scope.metrics[:]
+                    scope.metrics.extend(keep)
+        self.recount()
+        self.reject(before - self.items, "metrics without a name are invalid")
+
+    def __repr__(self) -> str:
+        return f"Batch({self.signal}, items={self.items}, rejected={self.rejected})"

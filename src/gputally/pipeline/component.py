@@ -1,0 +1,144 @@
+"""The component contract: receivers, processors and exporters, and the factories that make them.
+
+Lifecycle (as in the OpenTelemetry Collector): ``start()`` returns quickly and hands
+background work to tasks of its own; ``shutdown()`` stops intake, flushes within the
+service's deadline, and is safe to call twice and before ``start()``. The service starts
+exporters, then processors, then receivers, and stops them in reverse, so nothing drains into
+a stage that has already stopped.
+
+Third-party processors ship as their own package and register a :class:`Factory` under the
+entry-point group ``gputally.processors``::
+
+    [project.entry-points."gputally.processors"]
+    myproc = "my_package.myproc:factory"
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from gputally.config.types import AuthSettings, Strict
+from gputally.errors import ConfigError
+from gputally.otlp.batch import Batch, Signal
+
+if TYPE_CHECKING:
+    from gputally.auth import BearerTokenAuth
+    from gputally.telemetry import SelfTelemetry
+
+__all__ = [
+    "ALL_SIGNALS",
+    "Component",
+    "ComponentContext",
+    "Consumer",
+    "Exporter",
+    "Factory",
+    "Processor",
+    "Receiver",
+]
+
+ALL_SIGNALS = frozenset(Signal)
+
+
+class Component(abc.ABC):
+    """Anything with a lifecycle."""
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Begin work; return quickly (background work goes to tasks)."""
+
+    async def shutdown(self) -> None:  # noqa: B027 - optional hook
+        """Stop intake and flush. Idempotent; safe before :meth:`start`."""
+
+
+class Consumer(Protocol):
+    """What a receiver hands batches to (a pipeline, or a fan-out over several)."""
+
+    async def consume(self, batch: Batch) -> None:
+        """Take ``batch``; raise :class:`gputally.errors.Refused` to push back on the sender."""
+
+
+class Receiver(Component):
+    """Accepts OTLP from the network and hands each request to its consumers."""
+
+
+class Processor(Component):
+    """Changes, filters or holds batches. One instance serves one pipeline.
+
+    ``process`` must not do I/O: lookups come from caches that the processor refreshes in
+    background tasks started by :meth:`start`. It returns the batch to pass on, or ``None``
+    when nothing goes further now (all filtered out, or held for :meth:`flush`).
+    It may raise :class:`gputally.errors.Refused` to push back on the sender.
+    """
+
+    flush_interval: float | None = None
+    """When set, the pipeline calls :meth:`flush` this often (seconds) and sends on its result."""
+
+    @abc.abstractmethod
+    async def process(self, batch: Batch) -> Batch | None: ...
+
+    async def flush(self) -> Batch | None:
+        """Release held data (on the timer and at shutdown)."""
+        return None
+
+
+class Exporter(Component):
+    """Sends batches to a backend through its own bounded queue.
+
+    ``export`` only enqueues: it raises :class:`gputally.errors.Refused` when the queue is
+    full (after counting the dropped items), so the receiver can tell the sender to back off.
+    """
+
+    @abc.abstractmethod
+    async def export(self, batch: Batch) -> None: ...
+
+    @property
+    def ready(self) -> bool:
+        """True once the backend has been reached (or when there is none to reach)."""
+        return True
+
+
+ConfigT = TypeVar("ConfigT", bound=Strict)
+
+
+@dataclass(frozen=True)
+class ComponentContext:
+    """What the service gives every component it creates."""
+
+    id: str
+    """The component's ID as written in config: ``type`` or ``type/name``."""
+    telemetry: SelfTelemetry
+    authenticators: Mapping[str, BearerTokenAuth] = field(default_factory=dict)
+    shutdown_timeout: float = 30.0
+    """Seconds the component may take to drain on shutdown."""
+    is_ready: Callable[[], bool] = lambda: True
+    """Whether the whole service is ready (exporters connected); for health endpoints."""
+
+    def authenticator(self, auth: AuthSettings | None) -> BearerTokenAuth | None:
+        if auth is None:
+            return None
+        try:
+            return self.authenticators[auth.authenticator]
+        except KeyError:
+            raise ConfigError(f"{self.id}: auth.authenticator: no extension {auth.authenticator!r}") from None
+
+
+@dataclass(frozen=True)
+class Factory(Generic[ConfigT]):
+    """How to build one kind of component from its config section.
+
+    Receivers are created as ``create(config, context, consumers)`` with a
+    ``Mapping[Signal, Consumer]`` holding the signals that have pipelines; processors as
+    ``create(config, context, signal)``, one instance per pipeline; exporters as
+    ``create(config, context)``, one instance per exporter ID serving every pipeline that
+    names it.
+    """
+
+    type: str
+    config: type[ConfigT]
+    create: Callable[..., Any]
+    signals: frozenset[Signal] = ALL_SIGNALS
+
+    def parse(self, section: Any) -> ConfigT:
+        return self.config.model_validate(section if section is not None else {})
