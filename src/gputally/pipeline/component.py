@@ -62,6 +62,10 @@ class Consumer(Protocol):
 class Receiver(Component):
     """Accepts OTLP from the network and hands each request to its consumers."""
 
+    def listening(self) -> dict[str, str]:
+        """Bound addresses by transport (``{"grpc": "127.0.0.1:4317"}``), once started."""
+        return {}
+
 
 class Processor(Component):
     """Changes, filters or holds batches. One instance serves one pipeline.

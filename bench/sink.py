@@ -1,0 +1,50 @@
+"""A minimal OTLP/gRPC metrics backend for benchmarks: counts points, answers at once.
+
+Run: python bench/sink.py --port 14317 --report /tmp/sink.json  (writes totals on SIGTERM)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+
+import grpc
+
+from gputally.otlp.census import census_metrics
+
+METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
+
+
+async def main(port: int, report: str) -> None:
+    totals = {"requests": 0, "points": 0}
+
+    async def export(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        totals["requests"] += 1
+        totals["points"] += census_metrics(request).items
+        return b""
+
+    handler = grpc.method_handlers_generic_handler(
+        "opentelemetry.proto.collector.metrics.v1.MetricsService",
+        {"Export": grpc.unary_unary_rpc_method_handler(export)},
+    )
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
+    server.add_generic_rpc_handlers([handler])
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    print("ready", flush=True)
+    await stop.wait()
+    await server.stop(1)
+    with open(report, "w") as out:
+        json.dump(totals, out)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--report", required=True)
+    args = parser.parse_args()
+    asyncio.run(main(args.port, args.report))

@@ -1,0 +1,73 @@
+"""The admin endpoint: ``/metrics`` (Prometheus), ``/healthz`` (live), ``/readyz`` (ready).
+
+``/readyz`` answers 503 until every exporter has reached its backend, and names the ones
+that have not, so a Kubernetes readiness probe and a person with curl see the same thing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from gputally.errors import ConfigError
+
+__all__ = ["AdminServer"]
+
+log = logging.getLogger(__name__)
+
+
+class AdminServer:
+    def __init__(
+        self, address: str, registry: CollectorRegistry, not_ready: Callable[[], list[str]], *, reuse_port: bool = False
+    ) -> None:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"service.telemetry.metrics.address: {address!r} is not host:port")
+        self._host, self._port = host.strip("[]"), int(port)
+        self._registry = registry
+        self._not_ready = not_ready
+        self._reuse_port = reuse_port
+        self._runner: web.AppRunner | None = None
+        self.address: str | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port, reuse_port=self._reuse_port or None)
+        try:
+            await site.start()
+        except OSError as exc:
+            await self._runner.cleanup()
+            self._runner = None
+            raise ConfigError(
+                f"service.telemetry.metrics.address: cannot listen on {self._host}:{self._port}: {exc.strerror}"
+            ) from exc
+        sockets = site._server.sockets if site._server else []  # noqa: SLF001 - aiohttp exposes no bound port
+        port = sockets[0].getsockname()[1] if sockets else self._port
+        self.address = f"{self._host}:{port}"
+
+    async def shutdown(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(self._registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        waiting = self._not_ready()
+        status = 503 if waiting else 200
+        body = {"ready": not waiting, "waiting_for": waiting}
+        return web.Response(status=status, text=json.dumps(body) + "\n", content_type="application/json")

@@ -1,0 +1,77 @@
+"""The ``gputally`` command line: ``serve``, ``validate``, ``version``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from gputally import __version__
+from gputally.errors import ConfigError
+
+__all__ = ["main"]
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from gputally.serve import load, serve
+
+    return serve(load(args.config), workers=args.workers)
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from gputally.serve import load
+
+    config = load(args.config)
+    pipelines = ", ".join(sorted(config.service.pipelines))
+    print(f"{args.config or '<embedded default>'}: valid ({pipelines})")
+    return 0
+
+
+def _cmd_version(args: argparse.Namespace) -> int:
+    print(f"gputally {__version__}")
+    return 0
+
+
+def _cmd_default_config(args: argparse.Namespace) -> int:
+    from gputally.serve import default_config_text
+
+    sys.stdout.write(default_config_text())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gputally", description="GPU telemetry with workload attribution.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, handler: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_, description=help_)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    serve = command("serve", _cmd_serve, "Run the OTLP server (the embedded default config without --config).")
+    serve.add_argument("--config", type=Path, help="YAML config file")
+    serve.add_argument(
+        "--workers", type=int, default=1, help="processes sharing the ports via SO_REUSEPORT (default 1)"
+    )
+    validate = command("validate", _cmd_validate, "Check a config file and exit (0 = valid).")
+    validate.add_argument("--config", type=Path, help="YAML config file (default: the embedded default)")
+    command("version", _cmd_version, "Print the version.")
+    command("default-config", _cmd_default_config, "Print the embedded default config.")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"gputally: config error: {problem}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

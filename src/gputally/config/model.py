@@ -1,0 +1,204 @@
+"""The top-level config: the OpenTelemetry Collector's shape, validated in one pass.
+
+Every fault is collected with its YAML path, and all of them are raised together as one
+:class:`~gputally.errors.ConfigError`, so a user fixes a config in one round. Each
+component's own section is validated by the config model of its factory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from gputally.config.loader import format_path, load_yaml
+from gputally.config.types import Duration, Strict
+from gputally.errors import ConfigError
+from gputally.otlp.batch import Signal
+from gputally.pipeline.component import Factory
+from gputally.pipeline.registry import Registry
+
+__all__ = ["Config", "PipelineConfig", "ServiceConfig", "TelemetryConfig", "load_config"]
+
+
+class PipelineConfig(Strict):
+    receivers: list[str] = Field(min_length=1)
+    processors: list[str] = []
+    """Run in order; each instance serves this pipeline only."""
+    exporters: list[str] = Field(min_length=1)
+
+
+class MetricsTelemetry(Strict):
+    address: str | None = "localhost:8888"
+    """Where ``/metrics``, ``/healthz`` and ``/readyz`` are served; null turns them off."""
+
+
+class LogsTelemetry(Strict):
+    level: Literal["debug", "info", "warn", "warning", "error"] = "info"
+    encoding: Literal["console", "json"] = "console"
+    """``json`` writes one JSON object per line, for log pipelines."""
+
+
+class TelemetryConfig(Strict):
+    metrics: MetricsTelemetry = MetricsTelemetry()
+    logs: LogsTelemetry = LogsTelemetry()
+
+
+class ServiceConfig(Strict):
+    extensions: list[str] = []
+    pipelines: dict[str, PipelineConfig] = Field(min_length=1)
+    """Keyed ``metrics``, ``logs`` or ``traces``, optionally ``/name``."""
+    telemetry: TelemetryConfig = TelemetryConfig()
+    shutdown_timeout: Duration = 30.0
+    """On SIGTERM, how long exporters may take to drain their queues."""
+
+
+class _Document(Strict):
+    receivers: dict[str, Any] = Field(min_length=1)
+    processors: dict[str, Any] = {}
+    exporters: dict[str, Any] = Field(min_length=1)
+    extensions: dict[str, Any] = {}
+    service: ServiceConfig
+
+
+@dataclass(frozen=True)
+class Component:
+    """One configured component: its ID, factory and validated settings."""
+
+    id: str
+    type: str
+    factory: Factory[Any]
+    config: BaseModel
+
+
+@dataclass(frozen=True)
+class Config:
+    """A validated configuration, ready for the service to build."""
+
+    receivers: dict[str, Component]
+    processors: dict[str, Component]
+    exporters: dict[str, Component]
+    extensions: dict[str, BaseModel]
+    service: ServiceConfig
+
+    def pipeline_signal(self, pipeline_id: str) -> Signal:
+        return Signal(pipeline_id.split("/", 1)[0])
+
+
+def _errors(exc: ValidationError, prefix: tuple[Any, ...]) -> list[str]:
+    lines = []
+    for error in exc.errors(include_url=False):
+        path = (*prefix, *error["loc"])
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown key"
+        lines.append(f"{format_path(path)}: {message}")
+    return lines
+
+
+def _component_type(component_id: str) -> str:
+    return component_id.split("/", 1)[0]
+
+
+def _build(
+    kind: str, sections: dict[str, Any], factories: dict[str, Factory[Any]], problems: list[str]
+) -> dict[str, Component]:
+    built: dict[str, Component] = {}
+    for component_id, section in sections.items():
+        type_ = _component_type(component_id)
+        factory = factories.get(type_)
+        if factory is None:
+            known = ", ".join(sorted(factories)) or "none"
+            problems.append(f"{kind}.{component_id}: unknown {kind[:-1]} type {type_!r} (known: {known})")
+            continue
+        try:
+            built[component_id] = Component(component_id, type_, factory, factory.parse(section))
+        except ValidationError as exc:
+            problems.extend(_errors(exc, (kind, component_id)))
+        except ConfigError as exc:
+            problems.extend(f"{kind}.{component_id}: {p}" for p in exc.problems)
+    return built
+
+
+def validate(document: dict[str, Any], registry: Registry) -> Config:
+    """Check a parsed document against the registry's component types; raise ConfigError."""
+    try:
+        top = _Document.model_validate(document)
+    except ValidationError as exc:
+        raise ConfigError(_errors(exc, ())) from None
+
+    problems: list[str] = []
+    receivers = _build("receivers", top.receivers, registry.receivers, problems)
+    processors = _build("processors", top.processors, registry.processors, problems)
+    exporters = _build("exporters", top.exporters, registry.exporters, problems)
+    extensions: dict[str, BaseModel] = {}
+    for ext_id, section in top.extensions.items():
+        model = registry.extensions.get(_component_type(ext_id))
+        if model is None:
+            problems.append(f"extensions.{ext_id}: unknown extension type {_component_type(ext_id)!r}")
+            continue
+        try:
+            extensions[ext_id] = model.model_validate(section if section is not None else {})
+        except ValidationError as exc:
+            problems.extend(_errors(exc, ("extensions", ext_id)))
+
+    for index, ext_id in enumerate(top.service.extensions):
+        if ext_id not in top.extensions:
+            problems.append(f"service.extensions[{index}]: extension {ext_id!r} is not defined under extensions")
+    for pipeline_id, pipeline in top.service.pipelines.items():
+        where = f"service.pipelines.{pipeline_id}"
+        signal_name = pipeline_id.split("/", 1)[0]
+        if signal_name not in {s.value for s in Signal}:
+            problems.append(f"{where}: pipeline type must be metrics, logs or traces, not {signal_name!r}")
+            continue
+        signal = Signal(signal_name)
+        for kind, declared, ids in (
+            ("receivers", top.receivers, pipeline.receivers),
+            ("processors", top.processors, pipeline.processors),
+            ("exporters", top.exporters, pipeline.exporters),
+        ):
+            seen: set[str] = set()
+            for index, component_id in enumerate(ids):
+                if component_id not in declared:
+                    problems.append(f"{where}.{kind}[{index}]: {kind[:-1]} {component_id!r} is not defined under {kind}")
+                    continue
+                if component_id in seen:
+                    problems.append(f"{where}.{kind}[{index}]: {component_id!r} is listed twice")
+                seen.add(component_id)
+                component = {"receivers": receivers, "processors": processors, "exporters": exporters}[kind].get(
+                    component_id
+                )
+                if component is not None and signal not in component.factory.signals:
+                    problems.append(f"{where}.{kind}[{index}]: {component_id!r} does not support {signal} pipelines")
+    for kind, sections in (("receivers", top.receivers), ("exporters", top.exporters)):
+        for component_id, section in sections.items():
+            _check_authenticators(section, (kind, component_id), top.extensions, problems)
+    if problems:
+        raise ConfigError(problems)
+    return Config(receivers, processors, exporters, extensions, top.service)
+
+
+def _check_authenticators(
+    section: Any, path: tuple[Any, ...], defined: dict[str, Any], problems: list[str]
+) -> None:
+    """Every ``auth.authenticator``, at any depth of a section, must name a defined extension."""
+    if not isinstance(section, dict):
+        return
+    auth = section.get("auth")
+    if isinstance(auth, dict) and isinstance(auth.get("authenticator"), str):
+        name = auth["authenticator"]
+        if name not in defined:
+            where = format_path((*path, "auth", "authenticator"))
+            problems.append(f"{where}: extension {name!r} is not defined under extensions")
+    for key, value in section.items():
+        _check_authenticators(value, (*path, key), defined, problems)
+
+
+def load_config(
+    source: Path | str, *, registry: Registry | None = None, environ: dict[str, str] | None = None
+) -> Config:
+    """Load, expand and validate a config file (``Path``) or YAML text (``str``)."""
+    document = load_yaml(source, environ=environ)
+    return validate(document, registry or Registry.discover())

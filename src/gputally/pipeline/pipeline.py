@@ -1,0 +1,136 @@
+"""One pipeline: its processors in order, then a fan-out to its exporters.
+
+Data flows one way. A processor returns the batch to pass on; the pipeline, not the
+processor, carries it to the next stage, and the pipeline's own timers collect what
+processors hold (``flush_interval``) and carry it on from there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from gputally.errors import Refused
+from gputally.otlp.batch import Batch, Signal
+from gputally.pipeline.component import Exporter, Processor
+from gputally.telemetry import ProcessorMetrics
+from gputally.util.tasks import supervised
+
+__all__ = ["FanOut", "Pipeline", "Stage"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A processor in a pipeline, with its ID and bound self-metrics."""
+
+    id: str
+    processor: Processor
+    metrics: ProcessorMetrics
+
+
+class Pipeline:
+    """Runs batches of one signal through processors and hands them to exporters."""
+
+    def __init__(self, pipeline_id: str, signal: Signal, stages: list[Stage], exporters: list[tuple[str, Exporter]]) -> None:
+        self.id = pipeline_id
+        self.signal = signal
+        self._stages = stages
+        self._exporters = [exporter for _, exporter in exporters]
+        self._flushers: list[asyncio.Task[None]] = []
+        self._failed_once: set[str] = set()
+
+    async def consume(self, batch: Batch) -> None:
+        """Process and export ``batch``; raises Refused when a stage pushes back."""
+        await self._run(batch, 0)
+
+    async def _run(self, batch: Batch, first: int) -> None:
+        for stage in self._stages[first:]:
+            stage.metrics.incoming[self.signal].inc(batch.items)
+            started = time.perf_counter()
+            try:
+                result = await stage.processor.process(batch)
+            except Refused:
+                raise
+            except Exception:
+                # A processor bug must not lose data: pass the batch on as it is and say so once.
+                self._report_failure(stage.id)
+                result = batch
+            finally:
+                stage.metrics.seconds.inc(time.perf_counter() - started)
+            if result is None:
+                return
+            batch = result
+            stage.metrics.outgoing[self.signal].inc(batch.items)
+        await self._export(batch)
+
+    async def _export(self, batch: Batch) -> None:
+        if len(self._exporters) == 1:
+            await self._exporters[0].export(batch)
+            return
+        # Every exporter gets the batch; if any refuses, the sender retries the whole request
+        # (at-least-once: a backend that took it may see it twice, none loses it).
+        results = await asyncio.gather(*(e.export(batch) for e in self._exporters), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    def _report_failure(self, stage_id: str) -> None:
+        if stage_id not in self._failed_once:
+            self._failed_once.add(stage_id)
+            log.exception("processor %s failed in pipeline %s; passing data on unprocessed", stage_id, self.id)
+
+    async def start(self) -> None:
+        """Start the flush timers of processors that hold data."""
+        for index, stage in enumerate(self._stages):
+            interval = stage.processor.flush_interval
+            if interval:
+                name = f"flush {self.id}/{stage.id}"
+                self._flushers.append(supervised(self._flush_every(index, interval), name=name))
+
+    async def _flush_every(self, index: int, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            await self._flush_stage(index)
+
+    async def _flush_stage(self, index: int) -> None:
+        held = await self._stages[index].processor.flush()
+        if held is None:
+            return
+        self._stages[index].metrics.outgoing[self.signal].inc(held.items)
+        try:
+            await self._run(held, index + 1)
+        except Refused as exc:
+            # Nobody upstream can retry held data; the exporter has counted what it dropped.
+            log.debug("flushed data from %s refused downstream: %s", self._stages[index].id, exc)
+
+    async def shutdown(self) -> None:
+        """Stop the timers, then push everything processors still hold down the pipeline."""
+        for task in self._flushers:
+            task.cancel()
+        await asyncio.gather(*self._flushers, return_exceptions=True)
+        self._flushers.clear()
+        for index in range(len(self._stages)):
+            await self._flush_stage(index)
+
+
+class FanOut:
+    """Hands a receiver's batch to every pipeline of its signal that lists the receiver."""
+
+    def __init__(self, pipelines: list[Pipeline]) -> None:
+        self._pipelines = pipelines
+
+    async def consume(self, batch: Batch) -> None:
+        if len(self._pipelines) == 1:
+            await self._pipelines[0].consume(batch)
+            return
+        copies = [batch] + [batch.copy() for _ in self._pipelines[1:]]
+        results = await asyncio.gather(
+            *(p.consume(b) for p, b in zip(self._pipelines, copies, strict=True)), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result

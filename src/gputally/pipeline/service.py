@@ -1,0 +1,143 @@
+"""The running service: builds components from a validated Config and owns their lifecycle.
+
+Start order is exporters -> processors -> pipelines -> receivers, and shutdown is the
+reverse, so nothing ever drains into a stage that has already stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from gputally.auth import BearerTokenAuth, BearerTokenAuthConfig
+from gputally.config.model import Config
+from gputally.errors import ConfigError
+from gputally.otlp.batch import Signal
+from gputally.pipeline.component import Component, ComponentContext, Exporter, Processor, Receiver
+from gputally.pipeline.pipeline import FanOut, Pipeline, Stage
+from gputally.telemetry import SelfTelemetry
+
+__all__ = ["Service"]
+
+log = logging.getLogger(__name__)
+
+
+class Service:
+    """Every component of one configuration, wired into pipelines."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        telemetry: SelfTelemetry | None = None,
+        reuse_port: bool = False,
+    ) -> None:
+        self.config = config
+        self.telemetry = telemetry or SelfTelemetry()
+        self.shutdown_timeout = config.service.shutdown_timeout
+        authenticators = {
+            ext_id: BearerTokenAuth(ext)
+            for ext_id, ext in config.extensions.items()
+            if isinstance(ext, BearerTokenAuthConfig)
+        }
+
+        def context(component_id: str) -> ComponentContext:
+            return ComponentContext(
+                id=component_id,
+                telemetry=self.telemetry,
+                authenticators=authenticators,
+                shutdown_timeout=self.shutdown_timeout,
+                is_ready=lambda: self.ready,
+            )
+
+        used_exporters = {e for p in config.service.pipelines.values() for e in p.exporters}
+        self.exporters: dict[str, Exporter] = {}
+        for exporter_id in sorted(used_exporters):
+            component = config.exporters[exporter_id]
+            self.exporters[exporter_id] = _create(component.factory.create, component.config, context(exporter_id))
+
+        self.pipelines: dict[str, Pipeline] = {}
+        self._processors: list[Processor] = []
+        for pipeline_id, pipeline_config in config.service.pipelines.items():
+            signal = config.pipeline_signal(pipeline_id)
+            stages = []
+            for processor_id in pipeline_config.processors:
+                component = config.processors[processor_id]
+                processor = _create(component.factory.create, component.config, context(processor_id), signal)
+                self._processors.append(processor)
+                stages.append(Stage(processor_id, processor, self.telemetry.for_processor(processor_id)))
+            exporters = [(e, self.exporters[e]) for e in pipeline_config.exporters]
+            self.pipelines[pipeline_id] = Pipeline(pipeline_id, signal, stages, exporters)
+
+        self.receivers: dict[str, Receiver] = {}
+        for receiver_id, component in config.receivers.items():
+            consumers: dict[Signal, FanOut] = {}
+            for signal in Signal:
+                feeds = [
+                    self.pipelines[pid]
+                    for pid, p in config.service.pipelines.items()
+                    if receiver_id in p.receivers and config.pipeline_signal(pid) is signal
+                ]
+                if feeds:
+                    consumers[signal] = FanOut(feeds)
+            if not consumers:
+                log.warning("receiver %s is in no pipeline; not started", receiver_id)
+                continue
+            self.receivers[receiver_id] = _create(
+                component.factory.create, component.config, context(receiver_id), consumers, reuse_port=reuse_port
+            )
+        self._started: list[Component | Pipeline] = []
+        self._stopped = False
+
+    @property
+    def ready(self) -> bool:
+        """All exporters have reached their backends."""
+        return all(exporter.ready for exporter in self.exporters.values())
+
+    def not_ready(self) -> list[str]:
+        return [exporter_id for exporter_id, exporter in self.exporters.items() if not exporter.ready]
+
+    async def start(self) -> None:
+        """Start everything, exporters first; on a failure, stop what started and re-raise."""
+        order: list[Component | Pipeline] = [
+            *self.exporters.values(),
+            *self._processors,
+            *self.pipelines.values(),
+            *self.receivers.values(),
+        ]
+        try:
+            for component in order:
+                await component.start()
+                self._started.append(component)
+        except BaseException:
+            await self.shutdown()
+            raise
+        log.info(
+            "started %d pipeline(s): %s", len(self.pipelines), ", ".join(sorted(self.pipelines))
+        )
+
+    async def shutdown(self) -> None:
+        """Stop in reverse order: receivers, pipelines (flushing held data), processors, exporters."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for component in reversed(self._started):
+            try:
+                await component.shutdown()
+            except Exception:
+                log.exception("error while stopping %s", type(component).__name__)
+        self._started.clear()
+        log.info("stopped")
+
+
+def _create(create: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a factory, turning a late config problem into ConfigError (fail fast at startup)."""
+    try:
+        return create(*args, **kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, OSError) as exc:
+        raise ConfigError(str(exc)) from exc
+

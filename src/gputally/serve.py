@@ -1,0 +1,128 @@
+"""``gputally serve``: run the service until SIGTERM/SIGINT, optionally as several processes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from importlib import resources
+from pathlib import Path
+
+from gputally.admin import AdminServer
+from gputally.config.model import Config, load_config
+from gputally.logs import configure_logging
+from gputally.pipeline.service import Service
+
+__all__ = ["default_config_text", "load", "serve"]
+
+log = logging.getLogger(__name__)
+
+
+def default_config_text() -> str:
+    return resources.files("gputally.config").joinpath("default.yaml").read_text()
+
+
+def load(path: Path | None) -> Config:
+    """The config at ``path``, or the embedded default."""
+    return load_config(path if path is not None else default_config_text())
+
+
+async def _serve(config: Config, *, worker: int | None, reuse_port: bool) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    service = Service(config, reuse_port=reuse_port)
+    admin = None
+    address = config.service.telemetry.metrics.address
+    if address:
+        if worker:  # each worker keeps its own metrics, on its own port
+            host, _, port = address.rpartition(":")
+            address = f"{host}:{int(port) + worker}" if int(port) else address
+        admin = AdminServer(address, service.telemetry.registry, service.not_ready)
+    try:
+        if admin:
+            await admin.start()
+        await service.start()
+        for line in _listening(service, admin):
+            print(f"gputally: {line}", file=sys.stderr, flush=True)
+        await stop.wait()
+        log.info("shutting down (draining for up to %.0fs)", service.shutdown_timeout)
+    finally:
+        try:
+            await asyncio.wait_for(service.shutdown(), timeout=service.shutdown_timeout + 5)
+        except TimeoutError:
+            log.error("shutdown overran its %.0fs deadline; exiting anyway", service.shutdown_timeout)
+        if admin:
+            await admin.shutdown()
+
+
+def _listening(service: Service, admin: AdminServer | None) -> list[str]:
+    lines = []
+    for receiver_id, receiver in service.receivers.items():
+        for transport, address in receiver.listening().items():
+            lines.append(f"receiver {receiver_id} ({transport}) listening on {address}")
+    if admin and admin.address:
+        lines.append(f"metrics, /healthz and /readyz on http://{admin.address}")
+    pipelines = ", ".join(
+        f"{pid}: {' -> '.join([*p.processors, '|'.join(p.exporters)])}"
+        for pid, p in service.config.service.pipelines.items()
+    )
+    lines.append(f"pipelines {pipelines}")
+    return lines
+
+
+def serve(config: Config, *, workers: int = 1) -> int:
+    """Run until a signal arrives; returns the process exit code."""
+    logs = config.service.telemetry.logs
+    configure_logging(logs.level, logs.encoding)
+    if workers <= 1:
+        asyncio.run(_serve(config, worker=None, reuse_port=False))
+        return 0
+    return _serve_workers(config, workers)
+
+
+def _serve_workers(config: Config, workers: int) -> int:
+    """Fork ``workers`` processes sharing the listening ports through SO_REUSEPORT.
+
+    The kernel spreads connections (not requests) across processes, so senders need
+    several connections for the load to spread. Each worker is a complete service with
+    its own queues: give each persistent queue its own directory
+    (``storage: /var/lib/gputally/queue-${env:GPUTALLY_WORKER}``).
+    """
+    children: dict[int, int] = {}
+    for worker in range(workers):
+        pid = os.fork()
+        if pid == 0:
+            os.environ["GPUTALLY_WORKER"] = str(worker)
+            try:
+                asyncio.run(_serve(config, worker=worker, reuse_port=True))
+            except BaseException:
+                log.exception("worker %d failed", worker)
+                os._exit(1)
+            os._exit(0)
+        children[pid] = worker
+
+    def forward(signum: int, _frame: object) -> None:
+        for pid in children:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    status = 0
+    while children:
+        pid, code = os.wait()
+        worker = children.pop(pid, None)
+        if worker is None:
+            continue
+        exit_code = os.waitstatus_to_exitcode(code)
+        if exit_code != 0:
+            log.error("worker %d exited with %d; stopping the others", worker, exit_code)
+            status = 1
+            forward(signal.SIGTERM, None)
+    return status

@@ -1,0 +1,228 @@
+"""Pipeline and service wiring, with recording stand-ins for our own component interfaces."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+from gputally.config.model import validate
+from gputally.config.types import Strict
+from gputally.errors import Refused
+from gputally.otlp.batch import Batch, Signal
+from gputally.pipeline.component import Exporter, Factory, Processor, Receiver
+from gputally.pipeline.pipeline import FanOut, Pipeline, Stage
+from gputally.pipeline.registry import Registry
+from gputally.pipeline.service import Service
+from gputally.telemetry import SelfTelemetry
+
+
+def metrics_batch(points: int = 1, name: str = "m") -> Batch:
+    request = ExportMetricsServiceRequest()
+    metric = request.resource_metrics.add().scope_metrics.add().metrics.add()
+    metric.name = name
+    for value in range(points):
+        metric.gauge.data_points.add().as_int = value
+    return Batch.decode(Signal.METRICS, request.SerializeToString())
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+
+class RecordingExporter(Exporter):
+    def __init__(self, name: str = "e", recorder: Recorder | None = None, refuse: bool = False) -> None:
+        self.name, self.recorder, self.refuse = name, recorder or Recorder(), refuse
+        self.batches: list[Batch] = []
+
+    async def start(self) -> None:
+        self.recorder.events.append(f"start {self.name}")
+
+    async def export(self, batch: Batch) -> None:
+        if self.refuse:
+            raise Refused("queue full", retry_after=2)
+        self.batches.append(batch)
+
+    async def shutdown(self) -> None:
+        self.recorder.events.append(f"stop {self.name}")
+
+
+class Tagger(Processor):
+    """Renames every metric by appending a tag, so order is visible."""
+
+    def __init__(self, tag: str, recorder: Recorder | None = None) -> None:
+        self.tag, self.recorder = tag, recorder or Recorder()
+
+    async def start(self) -> None:
+        self.recorder.events.append(f"start {self.tag}")
+
+    async def process(self, batch: Batch) -> Batch | None:
+        for rm in batch.mutable().resource_metrics:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    metric.name += self.tag
+        return batch
+
+    async def shutdown(self) -> None:
+        self.recorder.events.append(f"stop {self.tag}")
+
+
+class Holder(Processor):
+    """Holds everything until flushed, like the batch processor."""
+
+    flush_interval = 0.05
+
+    def __init__(self) -> None:
+        self.held: list[Batch] = []
+
+    async def process(self, batch: Batch) -> Batch | None:
+        self.held.append(batch)
+        return None
+
+    async def flush(self) -> Batch | None:
+        if not self.held:
+            return None
+        out, self.held = Batch.concat(self.held), []
+        return out
+
+
+class Broken(Processor):
+    async def process(self, batch: Batch) -> Batch | None:
+        raise RuntimeError("bug")
+
+
+def names(batch: Batch) -> list[str]:
+    return [m.name for rm in batch.message.resource_metrics for sm in rm.scope_metrics for m in sm.metrics]
+
+
+def stage(processor: Processor, telemetry: SelfTelemetry, stage_id: str = "p") -> Stage:
+    return Stage(stage_id, processor, telemetry.for_processor(stage_id))
+
+
+async def test_processors_run_in_order_and_untouched_bytes_are_forwarded() -> None:
+    telemetry = SelfTelemetry()
+    exporter = RecordingExporter()
+    pipeline = Pipeline(
+        "metrics", Signal.METRICS, [stage(Tagger("-a"), telemetry, "a"), stage(Tagger("-b"), telemetry, "b")], [("e", exporter)]
+    )
+    await pipeline.consume(metrics_batch(3))
+    assert names(exporter.batches[0]) == ["m-a-b"]
+    assert telemetry.registry.get_sample_value(
+        "gputally_processor_incoming_items_total", {"processor": "b", "signal": "metrics"}
+    ) == 3
+
+    untouched = metrics_batch(2)
+    raw = untouched.serialize()
+    plain = Pipeline("metrics", Signal.METRICS, [], [("e", exporter)])
+    await plain.consume(untouched)
+    assert exporter.batches[-1].serialize() is raw
+
+
+async def test_held_data_is_flushed_by_timer_and_at_shutdown() -> None:
+    telemetry = SelfTelemetry()
+    exporter = RecordingExporter()
+    holder = Holder()
+    pipeline = Pipeline("metrics", Signal.METRICS, [stage(holder, telemetry, "h"), stage(Tagger("-t"), telemetry, "t")], [("e", exporter)])
+    await pipeline.start()
+    await pipeline.consume(metrics_batch(1))
+    await pipeline.consume(metrics_batch(2))
+    assert exporter.batches == []
+    for _ in range(100):
+        if exporter.batches:
+            break
+        await asyncio.sleep(0.01)
+    assert [b.items for b in exporter.batches] == [3]
+    assert names(exporter.batches[0]) == ["m-t", "m-t"]
+    await pipeline.consume(metrics_batch(4))
+    await pipeline.shutdown()
+    assert [b.items for b in exporter.batches] == [3, 4]
+
+
+async def test_a_failing_processor_passes_data_on() -> None:
+    telemetry = SelfTelemetry()
+    exporter = RecordingExporter()
+    pipeline = Pipeline("metrics", Signal.METRICS, [stage(Broken(), telemetry)], [("e", exporter)])
+    await pipeline.consume(metrics_batch(2))
+    await pipeline.consume(metrics_batch(2))
+    assert [b.items for b in exporter.batches] == [2, 2]
+
+
+async def test_refusal_from_any_exporter_reaches_the_sender() -> None:
+    ok, full = RecordingExporter("ok"), RecordingExporter("full", refuse=True)
+    pipeline = Pipeline("metrics", Signal.METRICS, [], [("ok", ok), ("full", full)])
+    with pytest.raises(Refused) as info:
+        await pipeline.consume(metrics_batch())
+    assert info.value.retry_after == 2
+    assert len(ok.batches) == 1
+
+
+async def test_fan_out_gives_each_pipeline_its_own_copy() -> None:
+    telemetry = SelfTelemetry()
+    first, second = RecordingExporter("1"), RecordingExporter("2")
+    fan = FanOut(
+        [
+            Pipeline("metrics/a", Signal.METRICS, [stage(Tagger("-a"), telemetry)], [("1", first)]),
+            Pipeline("metrics/b", Signal.METRICS, [], [("2", second)]),
+        ]
+    )
+    await fan.consume(metrics_batch())
+    assert names(first.batches[0]) == ["m-a"]
+    assert names(second.batches[0]) == ["m"]
+
+
+class _Empty(Strict):
+    pass
+
+
+class FakeReceiver(Receiver):
+    def __init__(self, recorder: Recorder, consumers: dict[Signal, Any]) -> None:
+        self.recorder, self.consumers = recorder, consumers
+
+    async def start(self) -> None:
+        self.recorder.events.append("start receiver")
+
+    async def shutdown(self) -> None:
+        self.recorder.events.append("stop receiver")
+
+
+async def test_service_starts_exporters_first_and_stops_in_reverse() -> None:
+    recorder = Recorder()
+    receivers: list[FakeReceiver] = []
+
+    def make_receiver(config: Any, context: Any, consumers: Any, *, reuse_port: bool) -> FakeReceiver:
+        receivers.append(FakeReceiver(recorder, consumers))
+        return receivers[-1]
+
+    registry = Registry(
+        receivers={"fake": Factory("fake", _Empty, make_receiver)},
+        processors={"tag": Factory("tag", _Empty, lambda c, ctx, s: Tagger(ctx.id, recorder))},
+        exporters={"rec": Factory("rec", _Empty, lambda c, ctx: RecordingExporter(ctx.id, recorder))},
+    )
+    config = validate(
+        {
+            "receivers": {"fake": {}},
+            "processors": {"tag": {}},
+            "exporters": {"rec": {}, "rec/unused": {}},
+            "service": {
+                "pipelines": {
+                    "metrics": {"receivers": ["fake"], "processors": ["tag"], "exporters": ["rec"]},
+                    "logs": {"receivers": ["fake"], "exporters": ["rec"]},
+                }
+            },
+        },
+        registry,
+    )
+    service = Service(config)
+    assert set(service.exporters) == {"rec"}
+    assert set(receivers[0].consumers) == {Signal.METRICS, Signal.LOGS}
+    await service.start()
+    await receivers[0].consumers[Signal.METRICS].consume(metrics_batch())
+    await service.shutdown()
+    await service.shutdown()
+    assert recorder.events == ["start rec", "start tag", "start receiver", "stop receiver", "stop tag", "stop rec"]
+    exporter = service.exporters["rec"]
+    assert isinstance(exporter, RecordingExporter)
+    assert names(exporter.batches[0]) == ["mtag"]
