@@ -1,0 +1,133 @@
+"""Config of the ``otlp`` receiver; keys and defaults as in the OpenTelemetry Collector's.
+
+::
+
+    receivers:
+      otlp:
+        protocols:
+          grpc:                       # present (even empty) = enabled; absent = disabled
+            endpoint: localhost:4317  # or unix:///run/gputally/otlp.sock
+            max_recv_msg_size_mib: 16
+          http:
+            endpoint: localhost:4318
+            max_request_body_size: 16777216
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from gputally.config.types import AuthSettings, ServerTLSSettings, Strict
+
+__all__ = ["GRPCSettings", "HTTPSettings", "OTLPReceiverConfig", "Protocols", "split_endpoint"]
+
+_MIB = 1024 * 1024
+_HOST_PORT = re.compile(r"^(?:\[(?P<ipv6>[0-9A-Fa-f:.%\w]+)\]|(?P<host>[^:\[\]\s]*)):(?P<port>\d{1,5})$")
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """``(host, port)`` of a ``host:port`` endpoint; an empty host means every interface.
+
+    IPv6 hosts are written in brackets (``[::1]:4317``), as in Go and gRPC.
+    """
+    match = _HOST_PORT.match(endpoint)
+    if match is None:
+        raise ValueError(
+            f"{endpoint!r} is not host:port (for example 'localhost:4317', '0.0.0.0:4317' or '[::1]:4317')"
+        )
+    port = int(match["port"])
+    if port > 65535:
+        raise ValueError(f"{endpoint!r}: port {port} is above 65535")
+    return match["ipv6"] or match["host"], port
+
+
+def _check_endpoint(value: str, *, allow_unix: bool) -> str:
+    value = value.strip()
+    if allow_unix and value.startswith("unix:"):
+        if not value.removeprefix("unix:").lstrip("/"):
+            raise ValueError(f"{value!r}: a unix socket endpoint needs a path, as in 'unix:///run/gputally/otlp.sock'")
+        return value
+    split_endpoint(value)
+    return value
+
+
+class GRPCSettings(Strict):
+    """``protocols.grpc``: OTLP over gRPC."""
+
+    endpoint: str = "localhost:4317"
+    """``host:port`` to listen on (``0.0.0.0:4317`` for every interface), or ``unix:///path.sock``."""
+    max_recv_msg_size_mib: int = Field(16, ge=1, le=511)
+    """Largest request accepted, in MiB after decompression; larger ones get INVALID_ARGUMENT."""
+    tls: ServerTLSSettings | None = None
+    """Serve TLS (and demand client certificates when ``client_ca_file`` is set); plain text when unset."""
+    auth: AuthSettings | None = None
+    """Require the ``authorization`` metadata checked by this authenticator extension."""
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        return _check_endpoint(value, allow_unix=True)
+
+    @property
+    def max_recv_bytes(self) -> int:
+        return self.max_recv_msg_size_mib * _MIB
+
+
+class HTTPSettings(Strict):
+    """``protocols.http``: OTLP over HTTP (``/v1/metrics``, ``/v1/logs``, ``/v1/traces``)."""
+
+    endpoint: str = "localhost:4318"
+    """``host:port`` to listen on (``0.0.0.0:4318`` for every interface)."""
+    max_request_body_size: int = Field(16 * _MIB, ge=1)
+    """Largest request body accepted, in bytes, both as sent and after decompression; larger ones get 413."""
+    tls: ServerTLSSettings | None = None
+    """Serve HTTPS (and demand client certificates when ``client_ca_file`` is set); plain HTTP when unset."""
+    auth: AuthSettings | None = None
+    """Require the ``Authorization`` header checked by this authenticator extension."""
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        return _check_endpoint(value, allow_unix=False)
+
+
+class Protocols(Strict):
+    """``protocols``: which transports to serve. A key written with no value enables it with defaults."""
+
+    grpc: GRPCSettings | None = None
+    """OTLP/gRPC; disabled when the key is absent."""
+    http: HTTPSettings | None = None
+    """OTLP/HTTP; disabled when the key is absent."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _present_means_enabled(cls, data: Any) -> Any:
+        # YAML `grpc:` with nothing after it is None: the Collector reads that as "on, defaults".
+        if isinstance(data, dict):
+            return {key: {} if value is None and key in ("grpc", "http") else value for key, value in data.items()}
+        return data
+
+
+class OTLPReceiverConfig(Strict):
+    """``receivers.otlp``: accepts OTLP metrics, logs and traces over gRPC and/or HTTP."""
+
+    protocols: Protocols = Field(default_factory=Protocols)
+    """The transports to serve; at least one of ``grpc`` and ``http``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_protocols(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "protocols" in data and data["protocols"] is None:
+            return {**data, "protocols": {}}
+        return data
+
+    @model_validator(mode="after")
+    def _one_protocol(self) -> OTLPReceiverConfig:
+        if self.protocols.grpc is None and self.protocols.http is None:
+            raise ValueError(
+                "protocols: enable at least one of grpc and http (write `grpc:` with no value for the defaults)"
+            )
+        return self

@@ -1,0 +1,85 @@
+"""gRPC health checking (``grpc.health.v1``) on the OTLP gRPC port.
+
+Load balancers and Kubernetes gRPC probes ask the overall status (service ``""``) or one OTLP
+service. The answer follows the service's readiness (exporters connected), polled by a small
+background task so that ``Watch`` streams see changes too. Health checks need no auth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+
+__all__ = ["HealthReporter"]
+
+log = logging.getLogger(__name__)
+
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class HealthReporter:
+    """Keeps the health servicer of one gRPC server in step with ``is_ready``."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        services: Iterable[str],
+        is_ready: Callable[[], bool],
+        interval: float = 1.0,
+    ) -> None:
+        self._name = name
+        self._services = ("", *services)
+        self._is_ready = is_ready
+        self._interval = interval
+        self._servicer = health_aio.HealthServicer()
+        self._task: asyncio.Task[None] | None = None
+        self._status: int | None = None
+        self._check_failing = False
+
+    def register(self, server: grpc.aio.Server) -> None:
+        health_pb2_grpc.add_HealthServicer_to_server(self._servicer, server)
+
+    async def start(self) -> None:
+        """Publish the current status, then keep it current in the background."""
+        await self._update()
+        self._task = asyncio.create_task(self._poll(), name=f"{self._name}-health")
+
+    async def shutdown(self) -> None:
+        """Report NOT_SERVING for good (so balancers drain first) and stop polling."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self._servicer.enter_graceful_shutdown()
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            await self._update()
+
+    async def _update(self) -> None:
+        try:
+            ready = bool(self._is_ready())
+            self._check_failing = False
+        except Exception:
+            if not self._check_failing:  # once per outage, not every interval
+                log.exception("%s: readiness check failed; reporting NOT_SERVING", self._name)
+            self._check_failing = True
+            ready = False
+        status = _SERVING if ready else _NOT_SERVING
+        if status == self._status:
+            return
+        if self._status is not None:
+            log.info("%s: health now %s", self._name, health_pb2.HealthCheckResponse.ServingStatus.Name(status))
+        self._status = status
+        for service in self._services:
+            await self._servicer.set(service, status)
