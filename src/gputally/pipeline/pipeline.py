@@ -97,15 +97,15 @@ class Pipeline:
             await self._flush_stage(index)
 
     async def _flush_stage(self, index: int) -> None:
-        held = await self._stages[index].processor.flush()
-        if held is None:
-            return
-        self._stages[index].metrics.outgoing[self.signal].inc(held.items)
-        try:
-            await self._run(held, index + 1)
-        except Refused as exc:
-            # Nobody upstream can retry held data; the exporter has counted what it dropped.
-            log.debug("flushed data from %s refused downstream: %s", self._stages[index].id, exc)
+        """Carry on everything the stage holds (a split request can leave several batches)."""
+        stage = self._stages[index]
+        while (held := await stage.processor.flush()) is not None:
+            stage.metrics.outgoing[self.signal].inc(held.items)
+            try:
+                await self._run(held, index + 1)
+            except Refused as exc:
+                # Nobody upstream can retry held data; the exporter has counted what it dropped.
+                log.debug("flushed data from %s refused downstream: %s", stage.id, exc)
 
     async def shutdown(self) -> None:
         """Stop the timers, then push everything processors still hold down the pipeline."""

@@ -1,0 +1,149 @@
+"""The ``batch`` processor at run time: fewer, larger requests for the exporters.
+
+Held batches are joined with :meth:`Batch.concat`, which concatenates encodings, so
+batches that no processor changed are never decoded or re-encoded here. With
+``send_batch_max_size`` set, a request larger than the limit is cut between resources as it
+arrives (:mod:`.split`), and a send that would overflow the limit takes only the leading
+resources of the next held batch that fit. A single resource is never cut: one with more
+items than the limit is sent alone.
+
+Bounds: a send happens as soon as ``send_batch_size`` items are held, so the processor
+holds less than one batch plus the request being added. A request cut into several parts
+is the exception: the contract lets :meth:`process` and :meth:`flush` hand on one batch per
+call, so parts wait for the next call. While a full batch waits like that, a new request is
+taken only in exchange for a waiting batch at least as large (which that call hands on);
+a larger one is refused (:class:`~gputally.errors.Refused`), so the hold never grows.
+
+``process`` and ``flush`` never await, so on the one event loop each runs to completion
+and they cannot interleave halfway through a change to the buffer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+
+from gputally.errors import Refused
+from gputally.otlp.batch import Batch, Signal
+from gputally.pipeline.component import ComponentContext, Processor
+
+from . import split
+from .config import BatchConfig
+
+__all__ = ["BatchProcessor", "create"]
+
+logger = logging.getLogger(__name__)
+
+_DRAIN_INTERVAL = 0.2
+"""Seconds between flushes with ``timeout: 0`` and a max size (the Collector's default timeout)."""
+
+
+class BatchProcessor(Processor):
+    """Holds requests until ``send_batch_size`` items or ``timeout``, then hands them on as one."""
+
+    def __init__(self, config: BatchConfig, *, signal: Signal) -> None:
+        self.signal = signal
+        self._max = config.send_batch_max_size
+        # timeout 0 means "no waiting": every request is sent at once (subject to the max).
+        self._trigger = config.send_batch_size if config.timeout > 0 else 0
+        self._full = max(config.send_batch_size, config.send_batch_max_size, 1)
+        # Parts of a cut request wait for the next call; with timeout 0 a timer still drains them.
+        self.flush_interval = config.timeout if config.timeout > 0 else (_DRAIN_INTERVAL if self._max else None)
+        self._retry_after = max(config.timeout, 0.1)
+        self._held: deque[Batch] = deque()
+        self._held_items = 0
+        self._closed = False
+
+    @property
+    def held_items(self) -> int:
+        """Items waiting to be sent."""
+        return self._held_items
+
+    async def process(self, batch: Batch) -> Batch | None:
+        if self._max and self._held_items >= self._full:
+            return self._swap(batch)
+        self._add(batch)
+        if self._closed or self._held_items >= self._trigger:
+            return self._take()
+        return None
+
+    async def flush(self) -> Batch | None:
+        """One batch of what is held (at most ``send_batch_max_size`` items), or None.
+
+        Call again until it returns None to drain everything (at shutdown).
+        """
+        return self._take() if self._held else None
+
+    async def shutdown(self) -> None:
+        """From now on requests are sent on at once; what is held stays for :meth:`flush`."""
+        if not self._closed:
+            self._closed = True
+            if self._held_items:
+                logger.info("batch processor (%s) shutting down with %d items to flush", self.signal, self._held_items)
+
+    def _add(self, batch: Batch) -> None:
+        if self._max and batch.items > self._max:
+            parts = split.split(batch, self._max)
+            self._held.extend(parts)
+            self._held_items += sum(part.items for part in parts)
+        else:
+            self._held.append(batch)
+            self._held_items += batch.items
+
+    def _swap(self, batch: Batch) -> Batch:
+        """With a full batch already waiting: send it and hold ``batch``, if that does not grow the hold."""
+        out = self._take()
+        if batch.items > out.items:
+            self._held.appendleft(out)  # back in front, order kept
+            self._held_items += out.items
+            raise Refused(
+                f"batch processor still holds {self._held_items} items to send", retry_after=self._retry_after
+            )
+        self._add(batch)
+        return out
+
+    def _take(self) -> Batch:
+        """Join held batches from the front, up to the max size (filling it from the next batch)."""
+        limit = self._max or None
+        out: list[Batch] = []
+        taken = 0
+        while self._held:
+            head = self._held[0]
+            if out and limit is not None and taken + head.items > limit:
+                front, rest = _cut(head, limit - taken) if taken < limit else (None, head)
+                if front is not None:
+                    out.append(front)
+                    taken += front.items
+                    if rest is None:
+                        self._held.popleft()
+                    else:
+                        self._held[0] = rest
+                break
+            out.append(self._held.popleft())
+            taken += head.items
+        # Recounted rather than subtracted: a cut counts items per resource, and a drift
+        # between that and a batch's own count must not leave phantom items behind.
+        self._held_items = sum(batch.items for batch in self._held)
+        return Batch.concat(out)
+
+
+def _cut(batch: Batch, room: int) -> tuple[Batch | None, Batch | None]:
+    """The leading resources of ``batch`` that fit in ``room`` items, and the rest (None: nothing)."""
+    entries = split.entries(batch)
+    fit = 0
+    used = 0
+    for _, items in entries:
+        if used + items > room:
+            break
+        used += items
+        fit += 1
+    if fit == 0:
+        return None, batch
+    rest = split.pack(batch.signal, entries[fit:]) if fit < len(entries) else None
+    return split.pack(batch.signal, entries[:fit]), rest
+
+
+def create(config: BatchConfig, context: ComponentContext, signal: Signal) -> BatchProcessor:
+    """Factory hook: one processor per pipeline."""
+    del context  # nothing from the service is needed
+    return BatchProcessor(config, signal=signal)
