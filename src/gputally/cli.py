@@ -40,6 +40,13 @@ def _cmd_default_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _register_plugins(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Subcommands that live with their component (``probe``, ``explain-cgroup``)."""
+    from gputally.probes import cli as probe_cli
+
+    probe_cli.register(commands)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gputally", description="GPU telemetry with workload attribution.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -57,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate = command("validate", _cmd_validate, "Check a config file and exit (0 = valid).")
     validate.add_argument("--config", type=Path, help="YAML config file (default: the embedded default)")
     command("version", _cmd_version, "Print the version.")
+    _register_plugins(commands)
     command("default-config", _cmd_default_config, "Print the embedded default config.")
     return parser
 

@@ -1,0 +1,117 @@
+"""A 60-second backend outage under steady GPU-node load: is every point delivered?
+
+Sends one 340-point GPU-node request every `--period` seconds to `gputally serve`, stops
+the sink for `--outage` seconds in the middle, restarts it, waits for the queue to drain and
+prints what was sent, what arrived, and the largest queue seen.
+
+    .venv/bin/python bench/backend_outage.py [--outage 60] [--period 0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+
+sys.path.insert(0, str(Path(__file__).parent))
+from gpu_node_request import gpu_node_request  # noqa: E402
+from pipeline_throughput import METHOD, free_port, wait_port  # noqa: E402
+
+
+def start_sink(port: int, report: Path) -> subprocess.Popen[bytes]:
+    sink = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "sink.py"), "--port", str(port), "--report", str(report)],
+        stdout=subprocess.PIPE,
+    )
+    assert sink.stdout is not None
+    sink.stdout.readline()
+    return sink
+
+
+def queue_size(admin: int) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("gputally_exporter_queue_size{"):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def main(args: argparse.Namespace) -> None:
+    payload = gpu_node_request().SerializeToString()
+    points_per_request = 340
+    sink_port, grpc_port, admin_port = free_port(), free_port(), free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "config.yaml"
+        config.write_text(json.dumps({
+            "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{grpc_port}"}}}},
+            "exporters": {"otlp": {
+                "endpoint": f"127.0.0.1:{sink_port}", "tls": {"insecure": True},
+                "retry_on_failure": {"initial_interval": "1s", "max_interval": "5s", "max_elapsed_time": "5m"},
+                "sending_queue": {"queue_size": args.queue_size},
+            }},
+            "service": {
+                "pipelines": {"metrics": {"receivers": ["otlp"], "exporters": ["otlp"]}},
+                "telemetry": {"metrics": {"address": f"127.0.0.1:{admin_port}"}},
+            },
+        }))
+        reports = [Path(tmp) / "sink1.json", Path(tmp) / "sink2.json"]
+        sink = start_sink(sink_port, reports[0])
+        server = subprocess.Popen([str(Path(sys.executable).parent / "gputally"), "serve", "--config", str(config)],
+                                  stderr=subprocess.DEVNULL)
+        wait_port(grpc_port)
+        sent = refused = 0
+        max_queue = 0.0
+        started = time.monotonic()
+        total = args.before + args.outage + args.after
+        down = False
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            call = channel.unary_unary(METHOD)
+            while (elapsed := time.monotonic() - started) < total:
+                if not down and args.before <= elapsed < args.before + args.outage:
+                    sink.terminate()
+                    sink.wait()
+                    down = True
+                    print(f"t={elapsed:5.1f}s backend down", flush=True)
+                elif down and elapsed >= args.before + args.outage:
+                    sink = start_sink(sink_port, reports[1])
+                    down = False
+                    print(f"t={elapsed:5.1f}s backend up again", flush=True)
+                try:
+                    await call(payload, timeout=5)
+                    sent += 1
+                except grpc.aio.AioRpcError as exc:
+                    refused += 1
+                    if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        raise
+                max_queue = max(max_queue, queue_size(admin_port))
+                await asyncio.sleep(args.period)
+            deadline = time.monotonic() + 120
+            while queue_size(admin_port) > 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+        server.terminate()
+        server.wait(60)
+        sink.terminate()
+        sink.wait()
+        received = sum(json.loads(r.read_text())["points"] for r in reports if r.exists())
+    print(f"accepted {sent * points_per_request} points in {sent} requests "
+          f"({refused} requests refused with RESOURCE_EXHAUSTED for the sender to retry)")
+    print(f"backend received {received} points; lost {sent * points_per_request - received}; "
+          f"largest queue {max_queue:.0f} of {args.queue_size} batches")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--outage", type=float, default=60.0)
+    parser.add_argument("--before", type=float, default=5.0)
+    parser.add_argument("--after", type=float, default=5.0)
+    parser.add_argument("--period", type=float, default=0.1, help="seconds between requests")
+    parser.add_argument("--queue-size", type=int, default=1000)
+    asyncio.run(main(parser.parse_args()))

@@ -1,0 +1,226 @@
+"""The ``otlp`` exporter: OTLP over gRPC, as the OpenTelemetry Collector's exporter of that name.
+
+Batches go out as the bytes they arrived as: a generic unary call with no serializer posts
+``batch.serialize()`` to ``/opentelemetry.proto.collector.<signal>.v1.<Service>/Export``.
+Status codes are classified as the OTLP specification says: CANCELLED, DEADLINE_EXCEEDED,
+ABORTED, OUT_OF_RANGE, UNAVAILABLE and DATA_LOSS are retried, RESOURCE_EXHAUSTED only when
+the server sent RetryInfo (its delay then replaces our backoff); anything else is permanent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, cast
+
+import grpc
+import grpc.aio
+from google.protobuf.message import DecodeError
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from gputally import __version__
+from gputally.auth import BearerTokenAuth
+from gputally.config.types import ClientTLSSettings, RetrySettings
+from gputally.errors import ConfigError, ExportError, PermanentExportError, TransientExportError
+from gputally.exporters.config import OTLPGrpcConfig
+from gputally.exporters.env import Target, resolve_grpc
+from gputally.exporters.sender import QueuedExporter
+from gputally.exporters.transport import Receipt, receipt_from_response
+from gputally.otlp.batch import RESPONSE_TYPES, Batch, Signal
+from gputally.pipeline.component import ComponentContext, Factory
+
+__all__ = ["GrpcTransport", "create_exporter", "factory"]
+
+log = logging.getLogger(__name__)
+
+METHODS = {
+    Signal.METRICS: "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+    Signal.LOGS: "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+    Signal.TRACES: "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+}
+_RETRYABLE = frozenset({
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.ABORTED,
+    grpc.StatusCode.OUT_OF_RANGE,
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DATA_LOSS,
+})
+_COMPRESSION = {"gzip": grpc.Compression.Gzip, "none": grpc.Compression.NoCompression}
+_ChannelKey = tuple[str, ClientTLSSettings]
+
+
+def _retry_delay(error: grpc.aio.AioRpcError) -> float | None:
+    """Seconds from a RetryInfo in the error's rich status, if the server sent one."""
+    try:
+        status = rpc_status.from_call(cast(Any, error))  # an aio error has the Call methods it reads
+    except (ValueError, DecodeError):
+        return None  # malformed or inconsistent grpc-status-details-bin
+    if status is None:
+        return None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            return max(float(info.retry_delay.ToTimedelta().total_seconds()), 0.0)
+    return None
+
+
+def translate(error: grpc.aio.AioRpcError) -> ExportError:
+    """The gputally error for a failed call, per the OTLP specification's retry rules."""
+    code = error.code()
+    delay = _retry_delay(error)
+    message = f"{code.name}: {error.details()}"
+    if code in _RETRYABLE or (code is grpc.StatusCode.RESOURCE_EXHAUSTED and delay is not None):
+        return TransientExportError(message, retry_after=delay)
+    return PermanentExportError(message)
+
+
+def _read(path: Path | None) -> bytes | None:
+    return None if path is None else path.read_bytes()
+
+
+def _credentials(tls: ClientTLSSettings) -> grpc.ChannelCredentials:
+    try:
+        return grpc.ssl_channel_credentials(
+            root_certificates=_read(tls.ca_file),
+            private_key=_read(tls.key_file),
+            certificate_chain=_read(tls.cert_file),
+        )
+    except OSError as exc:
+        raise ConfigError(f"tls: cannot read {exc.filename}: {exc.strerror}") from exc
+
+
+class GrpcTransport:
+    """One channel per distinct endpoint and TLS setting (usually one for all signals)."""
+
+    def __init__(
+        self,
+        targets: Mapping[Signal, Target],
+        *,
+        authenticator: BearerTokenAuth | None,
+        retry: RetrySettings,
+    ) -> None:
+        self._targets = dict(targets)
+        self._auth = authenticator
+        # Reconnect at our own retry cadence, not gRPC's (up to 120 s), so a backend that came
+        # back is used by the next retry rather than minutes later.
+        initial_ms = int(max(min(retry.initial_interval, 1.0), 0.01) * 1000)
+        self._options = [
+            ("grpc.primary_user_agent", f"gputally/{__version__}"),
+            ("grpc.initial_reconnect_backoff_ms", initial_ms),
+            ("grpc.max_reconnect_backoff_ms", max(int(retry.max_interval * 1000), initial_ms)),
+        ]
+        self._channels: dict[_ChannelKey, grpc.aio.Channel] = {}
+        self._calls: dict[Signal, grpc.aio.UnaryUnaryMultiCallable] = {}
+        self._reached: set[_ChannelKey] = set()
+        self._watchers: list[asyncio.Task[None]] = []
+
+    @property
+    def description(self) -> str:
+        endpoints = sorted({t.endpoint for t in self._targets.values()})
+        return ", ".join(endpoints)
+
+    @property
+    def ready(self) -> bool:
+        return bool(self._channels) and self._reached >= self._channels.keys()
+
+    async def start(self) -> None:
+        if self._channels:
+            return
+        for signal, target in self._targets.items():
+            key = (target.endpoint, target.tls)
+            if key not in self._channels:
+                self._channels[key] = await self._open(target)
+                self._watchers.append(asyncio.create_task(self._watch(key), name=f"grpc watch {target.endpoint}"))
+            self._calls[signal] = self._channels[key].unary_unary(
+                METHODS[signal], request_serializer=None, response_deserializer=None
+            )
+
+    async def _open(self, target: Target) -> grpc.aio.Channel:
+        if target.tls.insecure:
+            return grpc.aio.insecure_channel(target.endpoint, options=self._options)
+        credentials = await asyncio.to_thread(_credentials, target.tls)
+        options = list(self._options)
+        if target.tls.server_name_override:
+            options.append(("grpc.ssl_target_name_override", target.tls.server_name_override))
+        return grpc.aio.secure_channel(target.endpoint, credentials, options=options)
+
+    async def _watch(self, key: _ChannelKey) -> None:
+        """Mark the channel reached once it connects, without waiting for the first export."""
+        channel = self._channels[key]
+        try:
+            state = channel.get_state(try_to_connect=True)
+            while state is not grpc.ChannelConnectivity.READY and key not in self._reached:
+                await channel.wait_for_state_change(state)
+                state = channel.get_state(try_to_connect=True)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # never let a watcher die silently
+            log.exception("watching the gRPC channel to %s failed", key[0])
+            return
+        self._reached.add(key)
+
+    async def send(self, batch: Batch) -> Receipt:
+        signal = batch.signal
+        target = self._targets[signal]
+        metadata = list(target.headers)
+        if self._auth is not None:
+            metadata.append(("authorization", self._auth.header_value()))
+        try:
+            raw = await self._calls[signal](
+                batch.serialize(),
+                timeout=target.timeout,
+                metadata=metadata,
+                compression=_COMPRESSION[target.compression],
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise translate(exc) from exc
+        self._reached.add((target.endpoint, target.tls))
+        try:
+            response = RESPONSE_TYPES[signal].FromString(raw)
+        except DecodeError:
+            log.debug("undecodable Export response from %s; ignoring it", target.endpoint)
+            return Receipt()
+        return receipt_from_response(signal, response)
+
+    async def close(self) -> None:
+        for task in self._watchers:
+            task.cancel()
+        await asyncio.gather(*self._watchers, return_exceptions=True)
+        await asyncio.gather(*(channel.close() for channel in self._channels.values()))
+        self._watchers.clear()
+
+
+def create_exporter(
+    config: OTLPGrpcConfig,
+    context: ComponentContext,
+    *,
+    environ: Mapping[str, str],
+) -> QueuedExporter:
+    """Build the exporter, with ``environ`` supplying OTEL_EXPORTER_OTLP_* defaults."""
+    targets = resolve_grpc(config, environ)
+    if any(t.tls.insecure_skip_verify and not t.tls.insecure for t in targets.values()):
+        raise ConfigError(f"{context.id}: tls.insecure_skip_verify is not supported over gRPC; set tls.ca_file")
+    transport = GrpcTransport(
+        targets, authenticator=context.authenticator(config.auth), retry=config.retry_on_failure
+    )
+    return QueuedExporter(
+        exporter_id=context.id,
+        transport=transport,
+        retry=config.retry_on_failure,
+        queue=config.sending_queue,
+        metrics=context.telemetry.for_exporter(context.id),
+        shutdown_timeout=context.shutdown_timeout,
+    )
+
+
+factory: Factory[OTLPGrpcConfig] = Factory(
+    type="otlp",
+    config=OTLPGrpcConfig,
+    create=lambda config, context: create_exporter(config, context, environ=os.environ),
+)

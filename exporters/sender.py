@@ -1,0 +1,241 @@
+"""The queued exporter both OTLP exporters are made of: queue -> retry -> transport.
+
+``export`` only enqueues (or, with ``sending_queue.enabled: false``, sends inline), so a slow
+backend turns into a full queue and then into ``Refused`` backpressure, never into a stalled
+receiver. ``num_consumers`` tasks take batches from the queue and send each with retry.
+
+Shutdown stops intake, then stops retry (waking every backoff), then lets the consumers drain
+the queue with one attempt per batch until the queue is empty, the backend fails (no point
+trying the rest) or ``shutdown_timeout`` passes. What is left stays on disk with persistent
+storage, and is counted as ``send_failed`` in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Iterable
+
+from gputally.config.types import QueueSettings, RetrySettings
+from gputally.errors import Refused, TransientExportError
+from gputally.exporters.logthrottle import LogThrottle
+from gputally.exporters.persistent_queue import PersistentQueue, queue_directory
+from gputally.exporters.queue import Entry, MemoryQueue
+from gputally.exporters.retry import Clock, Outcome, Result, Retrier
+from gputally.exporters.transport import Receipt, Transport
+from gputally.otlp.batch import Batch, Signal
+from gputally.pipeline.component import Exporter
+from gputally.telemetry import ExporterMetrics
+
+__all__ = ["QueuedExporter"]
+
+log = logging.getLogger(__name__)
+
+
+class _Reachability:
+    """Logs when the backend stops answering and when it answers again, not every failure."""
+
+    def __init__(self, exporter_id: str, description: str) -> None:
+        self._id = exporter_id
+        self._description = description
+        self._up: bool | None = None
+
+    def failed(self, error: TransientExportError) -> None:
+        if self._up is not False:
+            log.warning("%s: %s is unavailable (%s); retrying", self._id, self._description, error)
+        self._up = False
+
+    def succeeded(self) -> None:
+        if self._up is False:
+            log.info("%s: %s is available again", self._id, self._description)
+        self._up = True
+
+
+class QueuedExporter(Exporter):
+    """An exporter that serves every signal through one bounded queue and one transport."""
+
+    def __init__(
+        self,
+        *,
+        exporter_id: str,
+        transport: Transport,
+        retry: RetrySettings,
+        queue: QueueSettings,
+        metrics: ExporterMetrics,
+        shutdown_timeout: float,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._id = exporter_id
+        self._transport = transport
+        self._retry_settings = retry
+        self._queue_settings = queue
+        self._metrics = metrics
+        self._shutdown_timeout = shutdown_timeout
+        self._retrier = Retrier(retry, clock=clock, rng=rng)
+        self._throttle = LogThrottle(log)
+        self._reachability = _Reachability(exporter_id, transport.description)
+        self._queue: MemoryQueue
+        if queue.storage is not None:
+            directory = queue_directory(queue.storage, exporter_id)
+            self._queue = PersistentQueue(queue.queue_size, directory, on_size=metrics.queue_size.set)
+        else:
+            self._queue = MemoryQueue(queue.queue_size, on_size=metrics.queue_size.set)
+        metrics.queue_capacity.set(queue.queue_size if queue.enabled else 0)
+        self._consumers: list[asyncio.Task[None]] = []
+        self._in_flight: set[Entry] = set()
+        self._stranded: list[Entry] = []
+        self._started = False
+        self._closing = False
+        self._closed = asyncio.Event()
+
+    @property
+    def ready(self) -> bool:
+        return self._transport.ready
+
+    async def start(self) -> None:
+        if self._started or self._closing:
+            return
+        await self._transport.start()
+        if self._queue_settings.enabled:
+            await self._queue.open()
+            self._consumers = [
+                asyncio.create_task(self._consume(), name=f"{self._id} sender {n}")
+                for n in range(self._queue_settings.num_consumers)
+            ]
+        self._started = True
+        log.info("%s: exporting to %s (queue: %s)", self._id, self._transport.description,
+                 self._queue.location if self._queue_settings.enabled else "off")
+
+    async def export(self, batch: Batch) -> None:
+        if self._closing or not self._started:
+            raise Refused(f"{self._id} is not running", retry_after=self._backoff_hint())
+        if not self._queue_settings.enabled:
+            await self._export_inline(batch)
+            return
+        try:
+            accepted = await self._queue.put(batch)
+        except OSError as exc:  # disk full, storage gone: push back, the sender still has the data
+            self._metrics.enqueue_failed[batch.signal].inc(batch.items)
+            self._throttle.log("store", logging.ERROR, "%s: cannot store a batch in %s: %s; refusing data",
+                               self._id, self._queue.location, exc)
+            raise Refused(f"{self._id}: cannot store the batch", retry_after=self._backoff_hint()) from exc
+        if not accepted:
+            self._metrics.enqueue_failed[batch.signal].inc(batch.items)
+            self._throttle.log("full", logging.WARNING, "%s: sending queue is full (%d batches); refusing data",
+                               self._id, self._queue.capacity)
+            raise Refused(f"{self._id}: sending queue is full", retry_after=self._backoff_hint())
+
+    async def shutdown(self) -> None:
+        if self._closing:
+            await self._closed.wait()
+            return
+        self._closing = True
+        self._retrier.stop()
+        await self._queue.close()
+        if self._consumers:
+            _, pending = await asyncio.wait(self._consumers, timeout=self._shutdown_timeout)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*self._consumers, return_exceptions=True)
+        self._account_unsent([*self._stranded, *self._in_flight, *self._queue.remaining()])
+        await self._queue.release()
+        await self._transport.close()
+        self._closed.set()
+        if self._started:
+            log.info("%s: stopped", self._id)
+
+    def _backoff_hint(self) -> float:
+        """How long a refused sender should wait: about one retry interval of ours."""
+        return self._retry_settings.initial_interval or 1.0
+
+    async def _export_inline(self, batch: Batch) -> None:
+        result = await self._deliver(batch)
+        if result.outcome in (Outcome.EXHAUSTED, Outcome.STOPPED):
+            # Not counted as failed: the sender is told to retry, so the data is not lost yet.
+            hint = result.retry_after if result.retry_after is not None else self._backoff_hint()
+            raise Refused(f"{self._id}: backend unavailable: {result.error}", retry_after=hint)
+
+    async def _consume(self) -> None:
+        """Send queued batches until the queue is closed and drained."""
+        while True:
+            if self._closing and self._stranded:
+                return  # the backend failed during the drain: keep the rest for later
+            entry = await self._queue.get()
+            if entry is None:
+                return
+            self._in_flight.add(entry)
+            try:
+                outcome = await self._send_entry(entry)
+            except Exception:
+                # A bug, not a backend failure: count the batch as lost and keep consuming.
+                log.exception("%s: unexpected error sending a %s batch; dropping it", self._id, entry.signal)
+                self._metrics.send_failed[entry.signal].inc(entry.items)
+                outcome = Outcome.PERMANENT
+            self._in_flight.discard(entry)
+            if outcome is Outcome.STOPPED:
+                self._stranded.append(entry)
+                continue
+            try:
+                await self._queue.done(entry)
+            except OSError as exc:
+                self._throttle.log("remove", logging.ERROR, "%s: cannot remove finished batch %s (%s); "
+                                   "it will be sent again after a restart", self._id, entry.path, exc)
+
+    async def _send_entry(self, entry: Entry) -> Outcome:
+        try:
+            batch = await self._queue.read(entry)
+        except OSError as exc:
+            log.error("%s: cannot read queued batch %s: %s; dropping it", self._id, entry.path, exc)
+            self._metrics.send_failed[entry.signal].inc(entry.items)
+            return Outcome.PERMANENT
+        result = await self._deliver(batch)
+        if result.outcome is Outcome.EXHAUSTED:
+            self._metrics.send_failed[batch.signal].inc(batch.items)
+            self._throttle.log("exhausted", logging.ERROR, "%s: giving up on a %s batch of %d items: %s",
+                               self._id, batch.signal, batch.items, result.error)
+        return result.outcome
+
+    async def _deliver(self, batch: Batch) -> Result[Receipt]:
+        """Send with retry; count what was sent and what was refused for good."""
+        result = await self._retrier.run(lambda: self._attempt(batch))
+        signal = batch.signal
+        if result.outcome is Outcome.SENT:
+            receipt = result.value or Receipt()
+            rejected = min(max(receipt.rejected, 0), batch.items)
+            self._metrics.sent[signal].inc(batch.items - rejected)
+            if rejected:
+                self._metrics.send_failed[signal].inc(rejected)
+                self._throttle.log("partial", logging.WARNING, "%s: backend rejected %d of %d %s items: %s",
+                                   self._id, rejected, batch.items, signal, receipt.message)
+        elif result.outcome is Outcome.PERMANENT:
+            self._metrics.send_failed[signal].inc(batch.items)
+            self._throttle.log("permanent", logging.ERROR, "%s: backend refused a %s batch of %d items: %s",
+                               self._id, signal, batch.items, result.error)
+        return result
+
+    async def _attempt(self, batch: Batch) -> Receipt:
+        try:
+            receipt = await self._transport.send(batch)
+        except TransientExportError as exc:
+            self._reachability.failed(exc)
+            raise
+        self._reachability.succeeded()
+        return receipt
+
+    def _account_unsent(self, entries: Iterable[Entry]) -> None:
+        entries = list(entries)
+        if not entries:
+            return
+        items = sum(e.items for e in entries)
+        if isinstance(self._queue, PersistentQueue):
+            log.warning("%s: %d unsent batches (%d items) stay in %s for the next start",
+                        self._id, len(entries), items, self._queue.location)
+            return
+        by_signal: dict[Signal, int] = {}
+        for entry in entries:
+            by_signal[entry.signal] = by_signal.get(entry.signal, 0) + entry.items
+        for signal, count in by_signal.items():
+            self._metrics.send_failed[signal].inc(count)
+        log.warning("%s: dropped %d unsent batches (%d items) at shutdown", self._id, len(entries), items)

@@ -1,0 +1,17 @@
+"""Fixtures shared by the whole suite."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from support.otlp import OtlpSink, free_port
+
+
+@pytest.fixture
+async def otlp_sink() -> AsyncIterator[OtlpSink]:
+    sink = OtlpSink(free_port())
+    await sink.start()
+    yield sink
+    await sink.stop()
