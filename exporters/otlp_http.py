@@ -28,8 +28,8 @@ from google.rpc import status_pb2
 from gputally import __version__
 from gputally.auth import BearerTokenAuth
 from gputally.config.types import ClientTLSSettings
-from gputally.errors import ConfigError, PermanentExportError, TransientExportError
-from gputally.exporters import otlp_json
+from gputally.errors import ConfigError, InvalidRequest, PermanentExportError, TransientExportError
+from gputally.otlp import json as otlp_json
 from gputally.exporters.config import OTLPHttpConfig
 from gputally.exporters.env import Target, resolve_http
 from gputally.exporters.sender import QueuedExporter
@@ -221,7 +221,7 @@ class HttpTransport:
                 otlp_json.decode(body, response)
             else:
                 response.ParseFromString(body)
-        except (DecodeError, json_format.ParseError):
+        except (DecodeError, InvalidRequest):
             log.debug("undecodable Export response (%s); ignoring it", content_type)
             return Receipt()
         return receipt_from_response(signal, response)

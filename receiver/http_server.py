@@ -18,7 +18,7 @@ from aiohttp import hdrs, web
 from gputally.errors import ConfigError, InvalidRequest
 from gputally.otlp.batch import REQUEST_TYPES, Batch, Signal
 
-from . import otlp_json
+from gputally.otlp import json as otlp_json
 from .config import HTTPSettings, split_endpoint
 from .intake import Intake
 from .net import describe_bind_error, host_port

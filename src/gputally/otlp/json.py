@@ -1,4 +1,4 @@
-"""OTLP/JSON: the protobuf JSON mapping, with the differences the OTLP spec makes.
+"""OTLP/JSON (receiver requests, otlphttp exporter bodies): protobuf JSON with OTLP's differences.
 
 OTLP/JSON differs from protobuf's canonical JSON in that ``traceId``, ``spanId`` and
 ``parentSpanId`` are hex strings (not base64), and enums are written as integers. Receivers

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from gputally.receiver import otlp_json
+from gputally.otlp import json as otlp_json
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
