@@ -247,13 +247,8 @@ def create_exporter(
         authenticator=context.authenticator(config.auth),
         encoding=config.encoding,
     )
-    return QueuedExporter(
-        exporter_id=context.id,
-        transport=transport,
-        retry=config.retry_on_failure,
-        queue=config.sending_queue,
-        metrics=context.telemetry.for_exporter(context.id),
-        shutdown_timeout=context.shutdown_timeout,
+    return QueuedExporter.from_config(
+        transport, retry=config.retry_on_failure, queue=config.sending_queue, context=context
     )
 
 

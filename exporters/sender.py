@@ -25,7 +25,7 @@ from gputally.exporters.queue import Entry, MemoryQueue
 from gputally.exporters.retry import Clock, Outcome, Result, Retrier
 from gputally.exporters.transport import Receipt, Transport
 from gputally.otlp.batch import Batch, Signal
-from gputally.pipeline.component import Exporter
+from gputally.pipeline.component import ComponentContext, Exporter
 from gputally.telemetry import ExporterMetrics
 
 __all__ = ["QueuedExporter"]
@@ -54,6 +54,20 @@ class _Reachability:
 
 class QueuedExporter(Exporter):
     """An exporter that serves every signal through one bounded queue and one transport."""
+
+    @classmethod
+    def from_config(
+        cls, transport: Transport, *, retry: RetrySettings, queue: QueueSettings, context: ComponentContext
+    ) -> QueuedExporter:
+        """The exporter for a component, with its metrics and the service's shutdown deadline."""
+        return cls(
+            exporter_id=context.id,
+            transport=transport,
+            retry=retry,
+            queue=queue,
+            metrics=context.telemetry.for_exporter(context.id),
+            shutdown_timeout=context.shutdown_timeout,
+        )
 
     def __init__(
         self,

@@ -37,6 +37,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from gputally.otlp.batch import Batch, Signal
 from gputally.pipeline.component import ComponentContext, Processor
+from gputally.otlp.wire import encode_varint
 
 from .config import ActionConfig, AttributesConfig, AttributeValue
 
@@ -69,19 +70,10 @@ Step = Callable[[Any], None]
 """One planned change, applied to a message that has an ``attributes`` field."""
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _needle(key: str) -> bytes:
     """The encoding of ``KeyValue.key`` (field 1, length-delimited) for ``key``."""
     raw = key.encode()
-    return b"\x0a" + _varint(len(raw)) + raw
+    return b"\x0a" + encode_varint(len(raw)) + raw
 
 
 def _any_value(value: AttributeValue) -> AnyValue:

@@ -16,6 +16,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from gputally.otlp.batch import Batch, Signal
 from gputally.otlp.census import Census, census_logs, census_metrics, census_traces
+from gputally.otlp.wire import encode_varint
 
 __all__ = ["Entry", "entries", "pack", "split"]
 
@@ -43,15 +44,6 @@ def _entry_list_class() -> Any:
 _ENTRIES = _entry_list_class()
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 Entry = tuple[bytes, int]
 """One resource entry, encoded as a whole request of its own, and its item count."""
 
@@ -61,7 +53,7 @@ def entries(batch: Batch) -> list[Entry]:
     count = _CENSUS[batch.signal]
     out = []
     for entry in _ENTRIES.FromString(batch.serialize()).entries:
-        encoded = b"\x0a" + _varint(len(entry)) + entry
+        encoded = b"\x0a" + encode_varint(len(entry)) + entry
         out.append((encoded, count(encoded).items))
     return out
 
