@@ -1,8 +1,9 @@
-"""The ``gputally`` command line: ``serve``, ``validate``, ``version``."""
+"""The ``gputally`` command line: ``serve``, ``validate``, ``explain-cgroup``, ``probe``, ``version``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,6 +31,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_version(args: argparse.Namespace) -> int:
     print(f"gputally {__version__}")
+    return 0
+
+
+def _cmd_explain_cgroup(args: argparse.Namespace) -> int:
+    from gputally.processors.cgroup import parse_cgroup
+
+    text = sys.stdin.read() if args.cgroup == "-" else args.cgroup
+    print(json.dumps(parse_cgroup(text).explain(), indent=2))
     return 0
 
 
@@ -66,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     command("version", _cmd_version, "Print the version.")
     _register_plugins(commands)
     command("default-config", _cmd_default_config, "Print the embedded default config.")
+    explain = command(
+        "explain-cgroup", _cmd_explain_cgroup, "Show what gputally reads from a process's cgroup, as JSON."
+    )
+    explain.add_argument("cgroup", help="the text of /proc/PID/cgroup, or - to read it from stdin")
     return parser
 
 
