@@ -166,7 +166,7 @@ async def test_admin_endpoint_reports_metrics_and_readiness(otlp_sink: OtlpSink)
 
     port = free_port()
     service = Service(load_config(config_text(port, otlp_sink)))
-    admin = AdminServer("127.0.0.1:0", service.telemetry.registry, service.not_ready)
+    admin = AdminServer("127.0.0.1:0", service.telemetry.registry, service.not_ready, service.degraded)
     await admin.start()
     await service.start()
     try:
@@ -182,7 +182,7 @@ async def test_admin_endpoint_reports_metrics_and_readiness(otlp_sink: OtlpSink)
                     break
                 await asyncio.sleep(0.05)
             assert status == 200
-            assert json.loads(body) == {"ready": True, "waiting_for": []}
+            assert json.loads(body) == {"ready": True, "waiting_for": [], "degraded": {}}
             async with http.get(f"http://{admin.address}/metrics") as response:
                 text = await response.text()
         assert 'gputally_receiver_accepted_items_total{receiver="otlp",signal="metrics",transport="grpc"} 4.0' in text

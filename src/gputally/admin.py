@@ -2,6 +2,8 @@
 
 ``/readyz`` answers 503 until every exporter has reached its backend, and names the ones
 that have not, so a Kubernetes readiness probe and a person with curl see the same thing.
+Components that work below par (a metadata source down, attribution from cache) are listed
+under ``degraded`` without failing readiness: data still flows, and refusing it would lose it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ log = logging.getLogger(__name__)
 
 class AdminServer:
     def __init__(
-        self, address: str, registry: CollectorRegistry, not_ready: Callable[[], list[str]], *, reuse_port: bool = False
+        self,
+        address: str,
+        registry: CollectorRegistry,
+        not_ready: Callable[[], list[str]],
+        degraded: Callable[[], dict[str, str]] = dict,
+        *,
+        reuse_port: bool = False,
     ) -> None:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
@@ -30,6 +38,7 @@ class AdminServer:
         self._host, self._port = host.strip("[]"), int(port)
         self._registry = registry
         self._not_ready = not_ready
+        self._degraded = degraded
         self._reuse_port = reuse_port
         self._runner: web.AppRunner | None = None
         self.address: str | None = None
@@ -69,5 +78,5 @@ class AdminServer:
     async def _readyz(self, request: web.Request) -> web.Response:
         waiting = self._not_ready()
         status = 503 if waiting else 200
-        body = {"ready": not waiting, "waiting_for": waiting}
+        body = {"ready": not waiting, "waiting_for": waiting, "degraded": self._degraded()}
         return web.Response(status=status, text=json.dumps(body) + "\n", content_type="application/json")

@@ -41,7 +41,7 @@ async def _serve(config: Config, *, worker: int | None, reuse_port: bool) -> Non
         if worker:  # each worker keeps its own metrics, on its own port
             host, _, port = address.rpartition(":")
             address = f"{host}:{int(port) + worker}" if int(port) else address
-        admin = AdminServer(address, service.telemetry.registry, service.not_ready)
+        admin = AdminServer(address, service.telemetry.registry, service.not_ready, service.degraded)
     try:
         if admin:
             await admin.start()

@@ -226,3 +226,28 @@ async def test_service_starts_exporters_first_and_stops_in_reverse() -> None:
     exporter = service.exporters["rec"]
     assert isinstance(exporter, RecordingExporter)
     assert names(exporter.batches[0]) == ["mtag"]
+
+
+class Stale(Tagger):
+    def degraded(self) -> str | None:
+        return "slurmctld unreachable since 12:00; attributing from cache"
+
+
+async def test_service_lists_degraded_components() -> None:
+    registry = Registry(
+        receivers={"fake": Factory("fake", _Empty, lambda c, ctx, consumers, *, reuse_port: FakeReceiver(Recorder(), consumers))},
+        processors={"stale": Factory("stale", _Empty, lambda c, ctx, s: Stale("x"))},
+        exporters={"rec": Factory("rec", _Empty, lambda c, ctx: RecordingExporter())},
+    )
+    config = validate(
+        {
+            "receivers": {"fake": {}},
+            "processors": {"stale": {}},
+            "exporters": {"rec": {}},
+            "service": {"pipelines": {"metrics": {"receivers": ["fake"], "processors": ["stale"], "exporters": ["rec"]}}},
+        },
+        registry,
+    )
+    service = Service(config)
+    assert service.degraded() == {"metrics/stale": "slurmctld unreachable since 12:00; attributing from cache"}
+    assert service.ready

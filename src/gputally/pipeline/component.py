@@ -51,6 +51,15 @@ class Component(abc.ABC):
     async def shutdown(self) -> None:  # noqa: B027 - optional hook
         """Stop intake and flush. Idempotent; safe before :meth:`start`."""
 
+    def degraded(self) -> str | None:
+        """Why the component works below par right now (``None`` when all is well).
+
+        Shown by ``/readyz`` without making the service unready: a processor whose metadata
+        source is unreachable keeps passing data with cached attribution, and a person or a
+        probe can still see why attribution may be stale.
+        """
+        return None
+
 
 class Consumer(Protocol):
     """What a receiver hands batches to (a pipeline, or a fan-out over several)."""

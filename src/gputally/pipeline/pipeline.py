@@ -38,7 +38,7 @@ class Pipeline:
     def __init__(self, pipeline_id: str, signal: Signal, stages: list[Stage], exporters: list[tuple[str, Exporter]]) -> None:
         self.id = pipeline_id
         self.signal = signal
-        self._stages = stages
+        self.stages = stages
         self._exporters = [exporter for _, exporter in exporters]
         self._flushers: list[asyncio.Task[None]] = []
         self._failed_once: set[str] = set()
@@ -48,7 +48,7 @@ class Pipeline:
         await self._run(batch, 0)
 
     async def _run(self, batch: Batch, first: int) -> None:
-        for stage in self._stages[first:]:
+        for stage in self.stages[first:]:
             stage.metrics.incoming[self.signal].inc(batch.items)
             started = time.perf_counter()
             try:
@@ -85,7 +85,7 @@ class Pipeline:
 
     async def start(self) -> None:
         """Start the flush timers of processors that hold data."""
-        for index, stage in enumerate(self._stages):
+        for index, stage in enumerate(self.stages):
             interval = stage.processor.flush_interval
             if interval:
                 name = f"flush {self.id}/{stage.id}"
@@ -98,7 +98,7 @@ class Pipeline:
 
     async def _flush_stage(self, index: int) -> None:
         """Carry on everything the stage holds (a split request can leave several batches)."""
-        stage = self._stages[index]
+        stage = self.stages[index]
         while (held := await stage.processor.flush()) is not None:
             stage.metrics.outgoing[self.signal].inc(held.items)
             try:
@@ -113,7 +113,7 @@ class Pipeline:
             task.cancel()
         await asyncio.gather(*self._flushers, return_exceptions=True)
         self._flushers.clear()
-        for index in range(len(self._stages)):
+        for index in range(len(self.stages)):
             await self._flush_stage(index)
 
 

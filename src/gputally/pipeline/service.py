@@ -99,6 +99,20 @@ class Service:
     def not_ready(self) -> list[str]:
         return [exporter_id for exporter_id, exporter in self.exporters.items() if not exporter.ready]
 
+    def degraded(self) -> dict[str, str]:
+        """Components working below par, with why (see :meth:`Component.degraded`)."""
+        found: dict[str, str] = {}
+        for pipeline in self.pipelines.values():
+            for stage in pipeline.stages:
+                reason = stage.processor.degraded()
+                if reason:
+                    found[f"{pipeline.id}/{stage.id}"] = reason
+        for component_id, component in (*self.exporters.items(), *self.receivers.items()):
+            reason = component.degraded()
+            if reason:
+                found[component_id] = reason
+        return found
+
     async def start(self) -> None:
         """Start everything, exporters first; on a failure, stop what started and re-raise."""
         order: list[Component | Pipeline] = [
