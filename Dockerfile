@@ -17,6 +17,10 @@ FROM python:3.12-slim
 RUN useradd --system --uid 10001 --no-create-home gputally
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+# In a container the embedded default must listen beyond loopback to be reachable.
+ENV GPUTALLY_GRPC_ENDPOINT=0.0.0.0:4317 \
+    GPUTALLY_HTTP_ENDPOINT=0.0.0.0:4318 \
+    GPUTALLY_ADMIN_ENDPOINT=0.0.0.0:8888
 USER 10001
 EXPOSE 4317 4318 8888
 ENTRYPOINT ["gputally"]
