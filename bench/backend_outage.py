@@ -36,12 +36,20 @@ def start_sink(port: int, report: Path) -> subprocess.Popen[bytes]:
     return sink
 
 
-def queue_size(admin: int) -> float:
+def exporter_figures(admin: int) -> dict[str, float]:
+    """gputally's own exporter metrics, by name (without labels)."""
+    figures: dict[str, float] = {}
     with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as response:
         for line in response.read().decode().splitlines():
-            if line.startswith("gputally_exporter_queue_size{"):
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
+            if (line.startswith("gputally_exporter_") and "_created" not in line
+                    and 'signal="logs"' not in line and 'signal="traces"' not in line):
+                name = line.split("{", 1)[0]
+                figures[name] = figures.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return figures
+
+
+def queue_size(admin: int) -> float:
+    return exporter_figures(admin).get("gputally_exporter_queue_size", 0.0)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -94,7 +102,12 @@ async def main(args: argparse.Namespace) -> None:
                 max_queue = max(max_queue, queue_size(admin_port))
                 await asyncio.sleep(args.period)
             deadline = time.monotonic() + 120
-            while queue_size(admin_port) > 0 and time.monotonic() < deadline:
+            while time.monotonic() < deadline:
+                figures = exporter_figures(admin_port)
+                done = figures.get("gputally_exporter_sent_items_total", 0) + figures.get(
+                    "gputally_exporter_send_failed_items_total", 0)
+                if done >= sent * points_per_request:
+                    break
                 await asyncio.sleep(0.5)
         server.terminate()
         server.wait(60)
@@ -103,6 +116,7 @@ async def main(args: argparse.Namespace) -> None:
         received = sum(json.loads(r.read_text())["points"] for r in reports if r.exists())
     print(f"accepted {sent * points_per_request} points in {sent} requests "
           f"({refused} requests refused with RESOURCE_EXHAUSTED for the sender to retry)")
+    print("gputally's own count: " + ", ".join(f"{k.removeprefix('gputally_exporter_')}={v:.0f}" for k, v in figures.items()))
     print(f"backend received {received} points; lost {sent * points_per_request - received}; "
           f"largest queue {max_queue:.0f} of {args.queue_size} batches")
 

@@ -128,5 +128,6 @@ class Retrier:
             elapsed = self._clock.monotonic() - started
             if settings.max_elapsed_time and elapsed + wait > settings.max_elapsed_time:
                 return Result(Outcome.EXHAUSTED, error=error, retry_after=error.retry_after)
-            if not await self._clock.sleep(wait, self._stop):
-                return Result(Outcome.STOPPED, error=error, retry_after=error.retry_after)
+            # Woken by stop(): fall through to one last attempt (the backend may be back), which
+            # ends in STOPPED if it fails too.
+            await self._clock.sleep(wait, self._stop)

@@ -121,8 +121,20 @@ async def test_stop_interrupts_a_long_wait_and_later_runs_try_once() -> None:
     retrier.stop()
     result = await asyncio.wait_for(task, 1)
     assert result.outcome is Outcome.STOPPED and time.monotonic() - started < 0.5
+    assert script.attempts == 2  # the interrupted wait still ends in one last attempt
     again = Script([transient()])
     assert (await retrier.run(again)).outcome is Outcome.STOPPED and again.attempts == 1
+
+
+async def test_a_batch_waiting_at_stop_is_sent_if_the_backend_is_back() -> None:
+    """Shutdown must not drop a batch that sat in backoff while the backend came back."""
+    retrier = Retrier(settings(initial_interval=3600, max_interval=3600, max_elapsed_time=0), clock=SystemClock())
+    script = Script([transient()])
+    task = asyncio.create_task(retrier.run(script))
+    await asyncio.sleep(0.05)
+    retrier.stop()
+    result = await asyncio.wait_for(task, 1)
+    assert (result.outcome, result.value, script.attempts) == (Outcome.SENT, "ok", 2)
 
 
 @pytest.mark.parametrize("interrupted", [False, True])
