@@ -120,11 +120,19 @@ def run_scenario(name: str, actions: list[dict[str, object]], args: argparse.Nam
         sink = subprocess.Popen([sys.executable, str(Path(__file__).parent / "sink.py"), "--port", str(sink_port), "--report", str(report)], stdout=subprocess.PIPE)
         assert sink.stdout is not None
         sink.stdout.readline()
+        sink_proc = psutil.Process(sink.pid)
         gputally = Path(sys.executable).parent / "gputally"
         server = subprocess.Popen(
             [str(gputally), "serve", "--config", str(config), "--workers", str(args.workers)],
             stderr=subprocess.DEVNULL,
         )
+        if args.pin:
+            # The server gets its own core(s); load generator and sink share the rest.
+            server_cpus = set(range(os.cpu_count() or 1)[-args.workers:])
+            others = set(range(os.cpu_count() or 1)) - server_cpus
+            psutil.Process(server.pid).cpu_affinity(sorted(server_cpus))
+            sink_proc.cpu_affinity(sorted(others))
+            psutil.Process().cpu_affinity(sorted(others))
         try:
             wait_port(grpc_port)
             proc = psutil.Process(server.pid)
@@ -168,6 +176,8 @@ def main() -> None:
     parser.add_argument("--channels", type=int, default=1, help="client connections (use >1 with --workers)")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--only", help="run only scenarios whose name contains this")
+    parser.add_argument("--pin", action="store_true",
+                        help="pin the server to the last --workers CPUs and load generator + sink to the others")
     args = parser.parse_args()
     request = gpu_node_request()
     payload = request.SerializeToString()
@@ -175,7 +185,8 @@ def main() -> None:
 
     points = census_metrics(payload).items
     print(f"request: {points} points, {len(payload)} bytes; {args.in_flight} in flight on {args.channels} connection(s); "
-          f"{args.workers} worker(s); {os.cpu_count()} CPUs on this machine; {args.seconds:.0f}s per scenario")
+          f"{args.workers} worker(s); {os.cpu_count()} CPUs on this machine; {args.seconds:.0f}s per scenario"
+          + ("; server pinned to its own CPU(s)" if args.pin else ""))
     print("accepted/s: points the server took per second; delivered/s: the same points over the time until the")
     print("sink had them all; pts/CPU-s: points per second of server CPU (user+sys, all threads) = the per-core figure")
     print(f"{'scenario':28} {'accepted/s':>10} {'delivered/s':>11} {'pts/CPU-s':>10} {'srv CPU':>8} {'p50 ms':>7} {'p99 ms':>7} {'RSS MiB':>8} {'lost':>5}")
