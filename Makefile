@@ -4,8 +4,10 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+# Go builds the test-only binaries (kube-apiserver, etcd); the machines carry it in /usr/local/go.
+export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: serve test venv bench clean
+.PHONY: serve test venv harness bench clean
 
 $(BIN)/gputally: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +20,10 @@ venv: $(BIN)/gputally
 serve: venv
 	$(BIN)/gputally serve
 
-test: venv
+harness:
+	tests/harness/kube/build.sh
+
+test: venv harness
 	$(BIN)/python -m pytest
 
 bench: venv

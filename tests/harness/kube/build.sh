@@ -48,13 +48,27 @@ print_paths() {
     echo "ETCD=$dest/etcd"
 }
 
-if [[ -x $dest/kube-apiserver && -x $dest/etcd && -f $dest/stamp && $(<"$dest/stamp") == "$stamp" ]]; then
+up_to_date() {
+    [[ -x $dest/kube-apiserver && -x $dest/etcd && -f $dest/stamp && $(<"$dest/stamp") == "$stamp" ]]
+}
+if up_to_date; then
     print_paths
     exit 0
 fi
 if [[ $mode == check ]]; then
     echo "build.sh: no up-to-date build in $dest; run $here/build.sh" >&2
     exit 3
+fi
+
+# One build at a time per cache (parallel make, two checkouts): wait, then look again.
+mkdir -p "$cache_root/kube"
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"$cache_root/kube/.build.lock"
+    flock 9
+    if up_to_date; then
+        print_paths
+        exit 0
+    fi
 fi
 
 go=${GO:-}
@@ -73,7 +87,6 @@ ldflags+=" -X $cbv.gitTreeState=clean -X $cbv.buildDate=1970-01-01T00:00:00Z"
 
 echo "build.sh: building kube-apiserver $k8s_version and etcd $etcd_version with $("$go" env GOVERSION) into $dest" >&2
 start=$(date +%s)
-mkdir -p "$cache_root/kube"
 tmp=$(mktemp -d "$cache_root/kube/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
@@ -83,7 +96,8 @@ trap 'rm -rf "$tmp"' EXIT
 echo "$stamp" >"$tmp/stamp"
 
 rm -rf "$dest"
-mv "$tmp" "$dest"
+chmod 755 "$tmp"
+mv -T "$tmp" "$dest"
 trap - EXIT
 echo "build.sh: built in $(( $(date +%s) - start ))s; $(du -sh "$dest" | cut -f1) in $dest" >&2
 print_paths
