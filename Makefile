@@ -22,6 +22,7 @@ serve: venv
 
 harness:
 	tests/harness/kube/build.sh
+	sh tests/harness/slurm/setup.sh
 
 test: venv harness
 	$(BIN)/python -m pytest

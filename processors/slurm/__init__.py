@@ -1,0 +1,34 @@
+"""``slurm``: attribute GPUs and GPU processes to Slurm jobs (job, user, account, partition, QoS)."""
+
+from gputally.otlp.batch import Signal
+from gputally.pipeline.component import Factory
+
+from .attributes import ATTRIBUTES
+from .backends import Backend, CliBackend, PyslurmBackend, RestdBackend
+from .config import CacheConfig, CliConfig, GresConfig, PyslurmConfig, SlurmConfig, SlurmrestdConfig
+from .errors import SlurmError, SlurmUnavailable
+from .jobs import JobCache, JobInfo
+from .processor import SlurmProcessor, create
+
+__all__ = [
+    "ATTRIBUTES",
+    "Backend",
+    "CacheConfig",
+    "CliBackend",
+    "CliConfig",
+    "GresConfig",
+    "JobCache",
+    "JobInfo",
+    "PyslurmBackend",
+    "PyslurmConfig",
+    "RestdBackend",
+    "SlurmConfig",
+    "SlurmError",
+    "SlurmProcessor",
+    "SlurmUnavailable",
+    "SlurmrestdConfig",
+    "factory",
+]
+
+factory: Factory[SlurmConfig] = Factory(type="slurm", config=SlurmConfig, create=create, signals=frozenset(Signal))
+"""Registered under the ``gputally.processors`` entry point ``slurm``."""

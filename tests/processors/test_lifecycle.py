@@ -19,6 +19,8 @@ MINIMAL: dict[str, Any] = {
     "filter": {},
     "batch": {"send_batch_size": 0},
     "memory_limiter": {"limit_mib": 1 << 20},
+    # An unreachable slurmrestd: the lifecycle must not depend on Slurm being there.
+    "slurm": {"backend": "slurmrestd", "slurmrestd": {"endpoint": "http://127.0.0.1:9", "token": "x"}},
 }
 
 
@@ -66,6 +68,11 @@ PUBLIC_API = {
     ],
     "batch": ["BatchConfig", "BatchProcessor", "factory"],
     "memory_limiter": ["Limits", "MemoryLimiter", "MemoryLimiterConfig", "cgroup_limit", "factory", "total_memory"],
+    "slurm": sorted([
+        "ATTRIBUTES", "Backend", "CacheConfig", "CliBackend", "CliConfig", "GresConfig", "JobCache", "JobInfo",
+        "PyslurmBackend", "PyslurmConfig", "RestdBackend", "SlurmConfig", "SlurmError", "SlurmProcessor",
+        "SlurmUnavailable", "SlurmrestdConfig", "factory",
+    ]),
 }
 
 

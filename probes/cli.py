@@ -1,0 +1,119 @@
+"""``gputally probe nvml ...``: the NVIDIA node probe's command line.
+
+The replay path (``--replay FILE``) never imports pynvml, so ``gputally probe nvml --replay
+FILE --once --debug`` is a newcomer's first command on a laptop without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register"]
+
+_HELP = "Read NVIDIA GPUs through NVML and send OTLP (or print it with --debug)."
+_EPILOG = """\
+examples:
+  gputally probe nvml --endpoint gateway:4317 --insecure --interval 10s
+  gputally probe nvml --once --debug                  # print one collection of this node's GPUs
+  gputally probe nvml --replay h200.json --once --debug
+  gputally probe nvml --record h200.json --interval 2s  # Ctrl-C when enough cycles are in
+
+With --debug and no --endpoint nothing is sent. Exporter keys not given as flags come from
+OTEL_EXPORTER_OTLP_* (endpoint, headers, certificates, timeout, compression).
+"""
+
+
+def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``probe`` command to the top-level parser."""
+    probe = commands.add_parser(
+        "probe", help="Run a node probe (nvml).", description="Node probes that send GPU telemetry."
+    )
+    probes = probe.add_subparsers(dest="probe", required=True, metavar="PROBE")
+    nvml = probes.add_parser(
+        "nvml", help=_HELP, description=_HELP, epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    nvml.set_defaults(handler=_cmd_nvml)
+    nvml.add_argument(
+        "--endpoint", metavar="HOST:PORT", help="receiver (default: OTEL_EXPORTER_OTLP_ENDPOINT, else localhost)"
+    )
+    nvml.add_argument("--protocol", choices=("grpc", "http"), default="grpc", help="OTLP transport (default grpc)")
+    nvml.add_argument("--insecure", action="store_true", help="plain text, no TLS")
+    nvml.add_argument("--header", action="append", default=[], metavar="K=V", help="request header (repeatable)")
+    nvml.add_argument("--interval", default="10s", help="time between collections (default 10s)")
+    nvml.add_argument("--once", action="store_true", help="collect once, deliver, exit")
+    nvml.add_argument("--debug", action="store_true", help="print each collection to stdout")
+    nvml.add_argument("--replay", type=Path, metavar="FILE", help="read a recording instead of NVML")
+    nvml.add_argument("--record", type=Path, metavar="FILE", help="also write what is read as a recording")
+    nvml.add_argument("--proc-root", type=Path, default=Path("/proc"), help="where the host's /proc is (default /proc)")
+    nvml.add_argument("--queue-dir", type=Path, metavar="DIR", help="keep the sending queue on disk here")
+    nvml.add_argument("--node-name", help="host.name on every resource (default: $NODE_NAME, else the hostname)")
+    nvml.add_argument("--log-level", choices=("debug", "info", "warn", "error"), default="info")
+
+
+def _cmd_nvml(args: argparse.Namespace) -> int:
+    from gputally.config.types import parse_duration
+    from gputally.errors import ConfigError
+    from gputally.logs import configure_logging
+
+    configure_logging(args.log_level)
+    try:
+        interval = parse_duration(args.interval)
+    except ValueError as exc:
+        raise ConfigError(f"--interval: {exc}") from exc
+    if interval <= 0:
+        raise ConfigError("--interval: must be above 0")
+    return asyncio.run(_run(args, interval))
+
+
+async def _run(args: argparse.Namespace, interval: float) -> int:
+    from gputally.probes.collector import Collector
+    from gputally.probes.runner import ProbeOptions, Runner
+    from gputally.telemetry import SelfTelemetry
+
+    source: Any
+    processes: Any
+    if args.replay is not None:
+        from gputally.probes.replay_source import ReplaySource
+
+        try:
+            source = processes = ReplaySource.from_file(args.replay)
+        except (OSError, ValueError) as exc:
+            print(f"gputally: cannot replay {args.replay}: {exc}", file=sys.stderr)
+            return 2
+        title = f"replay of {args.replay.name}"
+    else:
+        from gputally.probes.hints import ProcFs
+        from gputally.probes.nvml_source import NvmlSource
+
+        source, processes, title = NvmlSource(), ProcFs(args.proc_root), "live"
+    if args.record is not None:
+        from gputally.probes.record import RecordingSource
+
+        source = processes = RecordingSource(source, processes, path=args.record)
+    node_name = args.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
+    collector = Collector(
+        source, processes, node_name=node_name, budget_s=min(5.0, interval * 0.8), events=not args.once
+    )
+    telemetry = SelfTelemetry()
+    exporter = None
+    exporter_id = "otlp"
+    if not args.debug or args.endpoint is not None:
+        from gputally.probes.delivery import create_exporter, parse_headers
+
+        exporter_id, exporter = create_exporter(
+            protocol=args.protocol,
+            endpoint=args.endpoint,
+            insecure=args.insecure,
+            headers=parse_headers(args.header),
+            queue_dir=args.queue_dir,
+            telemetry=telemetry,
+        )
+    options = ProbeOptions(interval_s=interval, once=args.once, debug=args.debug, title=title)
+    runner = Runner(collector, options=options, exporter=exporter, exporter_id=exporter_id, telemetry=telemetry)
+    return await runner.run()

@@ -1,0 +1,82 @@
+"""``--debug``: one collection as text a person can check at a glance on a node.
+
+Each GPU with its identity and every point, then each of its processes with pid, owner,
+executable, memory, utilization and cgroup; then any problem and event of the cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gputally.probes.model import Cycle, Entity, Point
+
+__all__ = ["render"]
+
+_GIB = 1024**3
+
+
+def _number(value: float | int, unit: str) -> str:
+    if unit == "By" and abs(value) >= 1024**2:
+        return f"{value} By ({value / _GIB:.2f} GiB)"
+    if isinstance(value, float):
+        return f"{value:.4g} {unit}"
+    return f"{value} {unit}"
+
+
+def _point(point: Point) -> str:
+    attrs = ",".join(f"{k}={v}" for k, v in point.attributes)
+    name = f"{point.metric.name}{{{attrs}}}" if attrs else point.metric.name
+    return f"    {name:<62} {_number(point.value, point.metric.unit)}"
+
+
+def _gpu_lines(entity: Entity) -> Iterable[str]:
+    a = entity.attributes
+    title = "MIG device" if entity.kind == "mig" else "GPU"
+    yield f"{title} {entity.label}"
+    for key in sorted(a):
+        yield f"  {key} = {a[key]}"
+    yield "  metrics:"
+    yield from (_point(p) for p in entity.points)
+
+
+def _process_lines(entity: Entity) -> Iterable[str]:
+    a = entity.attributes
+    values = {p.metric.name + "".join(f"/{v}" for _, v in p.attributes): p.value for p in entity.points}
+    memory = values.get("gputally.gpu.process.memory.usage")
+    sm = values.get("gputally.gpu.process.utilization/general")
+    parts = [f"  process {a.get('process.pid')}"]
+    if "process.executable.name" in a:
+        parts.append(str(a["process.executable.name"]))
+    if "process.owner" in a:
+        parts.append(f"owner {a['process.owner']}")
+    if memory is not None:
+        parts.append(f"memory {memory / _GIB:.2f} GiB")
+    parts.append(f"sm {sm:.0%}" if sm is not None else "sm n/a")
+    if "process.creation.time" in a:
+        parts.append(f"started {a['process.creation.time']}")
+    yield "  ".join(parts)
+    cgroup = a.get("process.linux.cgroup")
+    for line in str(cgroup).splitlines() if cgroup else ["(unknown: the process has gone or /proc is not readable)"]:
+        yield f"      cgroup: {line}"
+    yield from (_point(p) for p in entity.points)
+
+
+def render(cycle: Cycle, *, title: str = "") -> str:
+    gpus = cycle.gpus()
+    lines = [
+        f"gputally probe nvml{f' ({title})' if title else ''}: {len(gpus)} device(s), "
+        f"{len(cycle.processes())} process(es), collected in {cycle.duration_s * 1000:.1f} ms"
+    ]
+    for gpu in gpus:
+        lines.append("")
+        lines.extend(_gpu_lines(gpu))
+        processes = [e for e in cycle.processes() if e.attributes.get("hw.id") == gpu.attributes.get("hw.id")]
+        lines.append(f"  processes: {len(processes)}")
+        for process in processes:
+            lines.extend(_process_lines(process))
+    events = [entry for entry in cycle.logs if entry.event_name != "gputally.gpu.snapshot"]
+    if cycle.problems or events:
+        lines.append("")
+    lines.extend(f"! {problem}" for problem in cycle.problems)
+    lines.extend(f"! {entry.severity.name} {entry.body}" for entry in events)
+    return "\n".join(lines) + "\n"
