@@ -32,7 +32,7 @@ OTEL_EXPORTER_OTLP_* (endpoint, headers, certificates, timeout, compression).
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``probe`` command to the top-level parser."""
     probe = commands.add_parser(
-        "probe", help="Run a node probe (nvml).", description="Node probes that send GPU telemetry."
+        "probe", help="Run a node probe (nvml, amd, gaudi).", description="Node probes that send GPU telemetry."
     )
     probes = probe.add_subparsers(dest="probe", required=True, metavar="PROBE")
     nvml = probes.add_parser(
@@ -54,6 +54,10 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     nvml.add_argument("--queue-dir", type=Path, metavar="DIR", help="keep the sending queue on disk here")
     nvml.add_argument("--node-name", help="host.name on every resource (default: $NODE_NAME, else the hostname)")
     nvml.add_argument("--log-level", choices=("debug", "info", "warn", "error"), default="info")
+
+    from gputally.probes.vendor_cli import register as register_vendors
+
+    register_vendors(probes)
 
 
 def _cmd_nvml(args: argparse.Namespace) -> int:

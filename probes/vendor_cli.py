@@ -1,0 +1,139 @@
+"""``gputally probe amd ...`` and ``gputally probe gaudi ...``: the same options as ``probe nvml``.
+
+Neither path imports amdsmi or runs hl-smi until a live collection needs it, so ``--replay
+FILE --once --debug`` works on any laptop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register"]
+
+_PROBES = {
+    "amd": ("Read AMD GPUs through amdsmi (ROCm) and send OTLP (or print it with --debug).", "mi300x.json"),
+    "gaudi": ("Read Intel Gaudi accelerators through hl-smi and send OTLP (or print it with --debug).", "gaudi3.json"),
+}
+
+
+def _epilog(name: str, example: str) -> str:
+    return f"""\
+examples:
+  gputally probe {name} --endpoint gateway:4317 --insecure --interval 10s
+  gputally probe {name} --once --debug                  # print one collection of this node's devices
+  gputally probe {name} --replay {example} --once --debug
+  gputally probe {name} --record {example} --interval 2s  # Ctrl-C when enough cycles are in
+
+With --debug and no --endpoint nothing is sent. Exporter keys not given as flags come from
+OTEL_EXPORTER_OTLP_* (endpoint, headers, certificates, timeout, compression).
+"""
+
+
+def register(probes: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``amd`` and ``gaudi`` beside ``nvml`` under ``gputally probe``."""
+    for name, (text, example) in _PROBES.items():
+        p = probes.add_parser(name, help=text, description=text, epilog=_epilog(name, example),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.set_defaults(handler=_command, vendor=name)
+        p.add_argument("--endpoint", metavar="HOST:PORT",
+                       help="receiver (default: OTEL_EXPORTER_OTLP_ENDPOINT, else localhost)")
+        p.add_argument("--protocol", choices=("grpc", "http"), default="grpc", help="OTLP transport (default grpc)")
+        p.add_argument("--insecure", action="store_true", help="plain text, no TLS")
+        p.add_argument("--header", action="append", default=[], metavar="K=V", help="request header (repeatable)")
+        p.add_argument("--interval", default="10s", help="time between collections (default 10s)")
+        p.add_argument("--once", action="store_true", help="collect once, deliver, exit")
+        p.add_argument("--debug", action="store_true", help="print each collection to stdout")
+        p.add_argument("--replay", type=Path, metavar="FILE", help="read a recording instead of the devices")
+        p.add_argument("--record", type=Path, metavar="FILE", help="also write what is read as a recording")
+        p.add_argument("--proc-root", type=Path, default=Path("/proc"),
+                       help="where the host's /proc is (default /proc)")
+        p.add_argument("--queue-dir", type=Path, metavar="DIR", help="keep the sending queue on disk here")
+        p.add_argument("--node-name", help="host.name on every resource (default: $NODE_NAME, else the hostname)")
+        p.add_argument("--log-level", choices=("debug", "info", "warn", "error"), default="info")
+        if name == "gaudi":
+            p.add_argument("--hl-smi", default="hl-smi", metavar="PATH", help="the hl-smi binary (default: on PATH)")
+
+
+def _command(args: argparse.Namespace) -> int:
+    from gputally.config.types import parse_duration
+    from gputally.errors import ConfigError
+    from gputally.logs import configure_logging
+
+    configure_logging(args.log_level)
+    try:
+        interval = parse_duration(args.interval)
+    except ValueError as exc:
+        raise ConfigError(f"--interval: {exc}") from exc
+    if interval <= 0:
+        raise ConfigError("--interval: must be above 0")
+    return asyncio.run(run(args, interval))
+
+
+def _live(args: argparse.Namespace, budget: float) -> tuple[Any, Any]:
+    from gputally.probes.hints import ProcFs
+
+    processes = ProcFs(args.proc_root)
+    if args.vendor == "amd":
+        from gputally.probes.amd_probe import AmdsmiSource, load_amdsmi
+
+        return AmdsmiSource(proc_root=args.proc_root, module=load_amdsmi()), processes
+    from gputally.probes.gaudi_probe import HlSmiSource
+
+    return HlSmiSource(binary=args.hl_smi, timeout_s=max(0.5, budget * 0.9)), processes
+
+
+async def run(args: argparse.Namespace, interval: float, *, out: Any = None) -> int:
+    from gputally.probes.runner import ProbeOptions, Runner
+    from gputally.probes.vendor_common import (
+        VendorCollector, VendorRecorder, VendorReplay, VendorUnavailable, renamed_output, scoped_encoder,
+    )
+    from gputally.telemetry import SelfTelemetry
+
+    vendor = args.vendor
+    if vendor == "amd":
+        from gputally.probes.amd_probe import FORMAT, map_amd as mapper
+    else:
+        from gputally.probes.gaudi_probe import FORMAT, map_gaudi as mapper  # type: ignore[assignment]
+    budget = min(5.0, interval * 0.8)
+    source: Any
+    processes: Any
+    if args.replay is not None:
+        try:
+            source = processes = VendorReplay.from_file(args.replay)
+        except (OSError, ValueError) as exc:
+            print(f"gputally: cannot replay {args.replay}: {exc}", file=sys.stderr)
+            return 2
+        title = f"replay of {args.replay.name}"
+    else:
+        try:
+            source, processes = _live(args, budget)
+        except VendorUnavailable as exc:
+            print(f"gputally probe {vendor}: {exc}", file=sys.stderr)
+            return 1
+        title = "live"
+    if args.record is not None:
+        source = VendorRecorder(source, processes, path=args.record, fmt=FORMAT)
+        processes = source
+    node_name = args.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
+    collector = VendorCollector(source, processes, mapper, node_name=node_name, vendor=vendor, budget_s=budget)
+    telemetry = SelfTelemetry()
+    exporter = None
+    exporter_id = "otlp"
+    if not args.debug or args.endpoint is not None:
+        from gputally.probes.delivery import create_exporter, parse_headers
+
+        exporter_id, exporter = create_exporter(
+            protocol=args.protocol, endpoint=args.endpoint, insecure=args.insecure,
+            headers=parse_headers(args.header), queue_dir=args.queue_dir, telemetry=telemetry,
+        )
+    options = ProbeOptions(interval_s=interval, once=args.once, debug=args.debug, title=title)
+    runner = Runner(collector, options=options, exporter=exporter, exporter_id=exporter_id, telemetry=telemetry,  # type: ignore[arg-type]
+                    out=renamed_output(out or sys.stdout, vendor))
+    runner._encoder = scoped_encoder(f"gputally.probes.{vendor}")  # noqa: SLF001 - the scope names the vendor
+    return await runner.run()

@@ -1,0 +1,45 @@
+"""The constructed AMD recordings (tests/fixtures/amd, not from hardware) and small readers."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from gputally.probes.amd_probe import map_amd
+from gputally.probes.model import Cycle, Entity
+from gputally.probes.vendor_common import VendorCollector, VendorReplay
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "amd"
+TWO_GPUS = FIXTURES / "mi300x-two-gpus.json"
+DPX = FIXTURES / "mi300x-dpx-partitions.json"
+GPU0 = "b8ff74a1-0000-1000-80ea-8c2b5f7d0a11"
+GPU1 = "93ff74a1-0000-1000-8041-a1c3b0e60d22"
+
+
+def recording(path: Path = TWO_GPUS) -> dict[str, Any]:
+    return copy.deepcopy(json.loads(path.read_text()))
+
+
+async def cycles(rec: dict[str, Any], count: int = 1, **options: Any) -> list[Cycle]:
+    source = VendorReplay(rec)
+    options.setdefault("node_name", "node-a")
+    probe = VendorCollector(source, source, map_amd, vendor="amd", **options)
+    try:
+        return [await probe.collect() for _ in range(count)]
+    finally:
+        await probe.close()
+
+
+def device(cycle: Cycle, hw_id: str) -> Entity:
+    (entity,) = [e for e in cycle.gpus() if e.attributes["hw.id"] == hw_id]
+    return entity
+
+
+def values(entity: Entity, name: str) -> dict[tuple[tuple[str, Any], ...], float | int]:
+    return {p.attributes: p.value for p in entity.points if p.metric.name == name}
+
+
+def one(entity: Entity, name: str, attributes: tuple[tuple[str, Any], ...] = ()) -> float | int:
+    return values(entity, name)[attributes]

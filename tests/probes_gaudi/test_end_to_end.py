@@ -1,0 +1,35 @@
+"""``gputally probe gaudi --replay`` -> its exporter -> a real ``gputally serve`` -> an OTLP sink."""
+
+from __future__ import annotations
+
+from gputally.cli import build_parser
+from gputally.probes.vendor_cli import run
+from support.otlp import OtlpSink
+from tests.probes.test_end_to_end import LOGS, attributes, gateway
+from tests.probes_gaudi.test_gaudi import ACCEL0, FIXTURE
+
+
+async def test_one_gaudi_collection_reaches_the_backend_through_serve(otlp_sink: OtlpSink) -> None:
+    service = gateway(otlp_sink, "127.0.0.1:0")
+    await service.start()
+    try:
+        endpoint = service.receivers["otlp"].listening()["grpc"]
+        args = build_parser().parse_args(
+            ["probe", "gaudi", "--replay", str(FIXTURE), "--once", "--endpoint", endpoint, "--insecure", "--node-name", "mi-1"])
+        assert await run(args, 10.0) == 0
+        await otlp_sink.wait_for(lambda: otlp_sink.messages() and otlp_sink.received[LOGS])
+    finally:
+        await service.shutdown()
+    (message,) = otlp_sink.messages()
+    resources = [attributes(rm.resource.attributes) for rm in message.resource_metrics]
+    assert {rm.scope_metrics[0].scope.name for rm in message.resource_metrics} == {"gputally.probes.gaudi"}
+    processes = {r["process.pid"]: r for r in resources if "process.pid" in r}
+    assert {pid: r["hw.id"] for pid, r in processes.items()} == {31337: ACCEL0, 31338: ACCEL0}
+    assert processes[31338]["process.linux.cgroup"] == "0::/system.slice/slurmstepd.scope/job_777/step_0/user/task_0"
+    assert all(r["host.name"] == "mi-1" for r in resources)
+    metrics = {m.name: m for m in message.resource_metrics[0].scope_metrics[0].metrics}
+    assert resources[0]["hw.vendor"] == "Intel"
+    assert (metrics["hw.power"].unit, metrics["hw.power"].gauge.data_points[0].as_double) == ("W", 712.0)
+    assert metrics["hw.gpu.memory.usage"].sum.data_points[0].as_int == 98304 * 1024 * 1024
+    (logs,) = otlp_sink.messages(LOGS)
+    assert logs.resource_logs[0].scope_logs[0].log_records[0].event_name == "gputally.gpu.snapshot"
