@@ -25,6 +25,7 @@ harness:
 	sh tests/harness/slurm/setup.sh
 
 test: venv harness
+	$(BIN)/ruff check --no-cache .
 	$(BIN)/python -m pytest
 
 bench: venv

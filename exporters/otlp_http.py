@@ -28,7 +28,7 @@ from google.rpc import status_pb2
 from gputally import __version__
 from gputally.auth import BearerTokenAuth
 from gputally.config.types import ClientTLSSettings
-from gputally.errors import ConfigError, InvalidRequest, PermanentExportError, TransientExportError
+from gputally.errors import InvalidRequest, PermanentExportError, TransientExportError
 from gputally.otlp import json as otlp_json
 from gputally.exporters.config import OTLPHttpConfig
 from gputally.exporters.env import Target, resolve_http
@@ -36,6 +36,7 @@ from gputally.exporters.sender import QueuedExporter
 from gputally.exporters.transport import Receipt, receipt_from_response
 from gputally.otlp.batch import REQUEST_TYPES, RESPONSE_TYPES, Batch, Signal
 from gputally.pipeline.component import ComponentContext, Factory
+from gputally.tls import client_ssl_context
 
 __all__ = ["HttpTransport", "create_exporter", "factory", "parse_retry_after"]
 
@@ -64,19 +65,6 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
-
-
-def _ssl_context(tls: ClientTLSSettings) -> ssl.SSLContext:
-    try:
-        context = ssl.create_default_context(cafile=tls.ca_file)
-        if tls.cert_file is not None:
-            context.load_cert_chain(tls.cert_file, tls.key_file)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"tls: cannot load certificates: {exc}") from exc
-    if tls.insecure_skip_verify:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
 
 
 def _host_port(url: str) -> _HostPort:
@@ -146,7 +134,7 @@ class HttpTransport:
             return
         for target in self._targets.values():
             if not target.tls.insecure and target.tls not in self._ssl:
-                self._ssl[target.tls] = await asyncio.to_thread(_ssl_context, target.tls)
+                self._ssl[target.tls] = await asyncio.to_thread(client_ssl_context, target.tls)
         self._session = aiohttp.ClientSession(headers={"User-Agent": f"gputally/{__version__}"})
         self._probes = [
             asyncio.create_task(self._probe(host_port), name=f"otlphttp probe {host_port[0]}:{host_port[1]}")

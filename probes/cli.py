@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["register"]
+__all__ = ["add_probe_arguments", "probe_interval", "register"]
 
 _HELP = "Read NVIDIA GPUs through NVML and send OTLP (or print it with --debug)."
 _EPILOG = """\
@@ -39,28 +39,36 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
         "nvml", help=_HELP, description=_HELP, epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     nvml.set_defaults(handler=_cmd_nvml)
-    nvml.add_argument(
-        "--endpoint", metavar="HOST:PORT", help="receiver (default: OTEL_EXPORTER_OTLP_ENDPOINT, else localhost)"
-    )
-    nvml.add_argument("--protocol", choices=("grpc", "http"), default="grpc", help="OTLP transport (default grpc)")
-    nvml.add_argument("--insecure", action="store_true", help="plain text, no TLS")
-    nvml.add_argument("--header", action="append", default=[], metavar="K=V", help="request header (repeatable)")
-    nvml.add_argument("--interval", default="10s", help="time between collections (default 10s)")
-    nvml.add_argument("--once", action="store_true", help="collect once, deliver, exit")
-    nvml.add_argument("--debug", action="store_true", help="print each collection to stdout")
-    nvml.add_argument("--replay", type=Path, metavar="FILE", help="read a recording instead of NVML")
-    nvml.add_argument("--record", type=Path, metavar="FILE", help="also write what is read as a recording")
-    nvml.add_argument("--proc-root", type=Path, default=Path("/proc"), help="where the host's /proc is (default /proc)")
-    nvml.add_argument("--queue-dir", type=Path, metavar="DIR", help="keep the sending queue on disk here")
-    nvml.add_argument("--node-name", help="host.name on every resource (default: $NODE_NAME, else the hostname)")
-    nvml.add_argument("--log-level", choices=("debug", "info", "warn", "error"), default="info")
+    add_probe_arguments(nvml, source="NVML")
 
     from gputally.probes.vendor_cli import register as register_vendors
 
     register_vendors(probes)
 
 
-def _cmd_nvml(args: argparse.Namespace) -> int:
+def add_probe_arguments(parser: argparse.ArgumentParser, *, source: str) -> None:
+    """The options every probe takes (``nvml``, ``amd``, ``gaudi``): one definition for all."""
+    parser.add_argument(
+        "--endpoint", metavar="HOST:PORT", help="receiver (default: OTEL_EXPORTER_OTLP_ENDPOINT, else localhost)"
+    )
+    parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc", help="OTLP transport (default grpc)")
+    parser.add_argument("--insecure", action="store_true", help="plain text, no TLS")
+    parser.add_argument("--header", action="append", default=[], metavar="K=V", help="request header (repeatable)")
+    parser.add_argument("--interval", default="10s", help="time between collections (default 10s)")
+    parser.add_argument("--once", action="store_true", help="collect once, deliver, exit")
+    parser.add_argument("--debug", action="store_true", help="print each collection to stdout")
+    parser.add_argument("--replay", type=Path, metavar="FILE", help=f"read a recording instead of {source}")
+    parser.add_argument("--record", type=Path, metavar="FILE", help="also write what is read as a recording")
+    parser.add_argument(
+        "--proc-root", type=Path, default=Path("/proc"), help="where the host's /proc is (default /proc)"
+    )
+    parser.add_argument("--queue-dir", type=Path, metavar="DIR", help="keep the sending queue on disk here")
+    parser.add_argument("--node-name", help="host.name on every resource (default: $NODE_NAME, else the hostname)")
+    parser.add_argument("--log-level", choices=("debug", "info", "warn", "error"), default="info")
+
+
+def probe_interval(args: argparse.Namespace) -> float:
+    """Set up logging and return ``--interval`` in seconds (ConfigError when it is no duration)."""
     from gputally.config.types import parse_duration
     from gputally.errors import ConfigError
     from gputally.logs import configure_logging
@@ -72,7 +80,11 @@ def _cmd_nvml(args: argparse.Namespace) -> int:
         raise ConfigError(f"--interval: {exc}") from exc
     if interval <= 0:
         raise ConfigError("--interval: must be above 0")
-    return asyncio.run(_run(args, interval))
+    return interval
+
+
+def _cmd_nvml(args: argparse.Namespace) -> int:
+    return asyncio.run(_run(args, probe_interval(args)))
 
 
 async def _run(args: argparse.Namespace, interval: float) -> int:

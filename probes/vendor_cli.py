@@ -11,8 +11,9 @@ import asyncio
 import os
 import socket
 import sys
-from pathlib import Path
 from typing import Any
+
+from gputally.probes.cli import add_probe_arguments, probe_interval
 
 __all__ = ["register"]
 
@@ -41,38 +42,13 @@ def register(probes: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         p = probes.add_parser(name, help=text, description=text, epilog=_epilog(name, example),
                               formatter_class=argparse.RawDescriptionHelpFormatter)
         p.set_defaults(handler=_command, vendor=name)
-        p.add_argument("--endpoint", metavar="HOST:PORT",
-                       help="receiver (default: OTEL_EXPORTER_OTLP_ENDPOINT, else localhost)")
-        p.add_argument("--protocol", choices=("grpc", "http"), default="grpc", help="OTLP transport (default grpc)")
-        p.add_argument("--insecure", action="store_true", help="plain text, no TLS")
-        p.add_argument("--header", action="append", default=[], metavar="K=V", help="request header (repeatable)")
-        p.add_argument("--interval", default="10s", help="time between collections (default 10s)")
-        p.add_argument("--once", action="store_true", help="collect once, deliver, exit")
-        p.add_argument("--debug", action="store_true", help="print each collection to stdout")
-        p.add_argument("--replay", type=Path, metavar="FILE", help="read a recording instead of the devices")
-        p.add_argument("--record", type=Path, metavar="FILE", help="also write what is read as a recording")
-        p.add_argument("--proc-root", type=Path, default=Path("/proc"),
-                       help="where the host's /proc is (default /proc)")
-        p.add_argument("--queue-dir", type=Path, metavar="DIR", help="keep the sending queue on disk here")
-        p.add_argument("--node-name", help="host.name on every resource (default: $NODE_NAME, else the hostname)")
-        p.add_argument("--log-level", choices=("debug", "info", "warn", "error"), default="info")
+        add_probe_arguments(p, source="the devices")
         if name == "gaudi":
             p.add_argument("--hl-smi", default="hl-smi", metavar="PATH", help="the hl-smi binary (default: on PATH)")
 
 
 def _command(args: argparse.Namespace) -> int:
-    from gputally.config.types import parse_duration
-    from gputally.errors import ConfigError
-    from gputally.logs import configure_logging
-
-    configure_logging(args.log_level)
-    try:
-        interval = parse_duration(args.interval)
-    except ValueError as exc:
-        raise ConfigError(f"--interval: {exc}") from exc
-    if interval <= 0:
-        raise ConfigError("--interval: must be above 0")
-    return asyncio.run(run(args, interval))
+    return asyncio.run(run(args, probe_interval(args)))
 
 
 def _live(args: argparse.Namespace, budget: float) -> tuple[Any, Any]:

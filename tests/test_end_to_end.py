@@ -14,7 +14,6 @@ from typing import Any
 
 import aiohttp
 import grpc
-import pytest
 import yaml
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 

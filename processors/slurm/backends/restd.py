@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import ssl
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from gputally.config.types import ClientTLSSettings
-from gputally.errors import ConfigError
+from gputally.tls import client_ssl_context
 
 from ..config import SlurmrestdConfig
 from ..errors import SlurmError, SlurmUnavailable
@@ -45,7 +43,7 @@ class RestdBackend(Backend):
         self._config = config
         self._base = f"{config.endpoint.rstrip('/')}/slurm/{config.api_version}"
         self._session: aiohttp.ClientSession | None = None
-        self._ssl = _ssl_context(config.tls) if config.tls is not None else None
+        self._ssl = client_ssl_context(config.tls, key="slurmrestd.tls") if config.tls is not None else None
         self._token_file = _TokenFile(config.token_file) if config.token_file is not None else None
 
     async def start(self) -> None:
@@ -129,14 +127,3 @@ class _TokenFile:
         return self._token
 
 
-def _ssl_context(tls: ClientTLSSettings) -> ssl.SSLContext:
-    try:
-        context = ssl.create_default_context(cafile=tls.ca_file)
-        if tls.cert_file is not None:
-            context.load_cert_chain(tls.cert_file, tls.key_file)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"slurmrestd.tls: cannot load certificates: {exc}") from exc
-    if tls.insecure_skip_verify:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context

@@ -6,7 +6,6 @@ reverse, so nothing ever drains into a stage that has already stopped.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
