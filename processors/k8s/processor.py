@@ -1,0 +1,327 @@
+"""The ``k8s`` processor at run time: who each GPU process and each GPU belongs to.
+
+Attribution lives on resources (one per GPU, one per GPU process), never on points, so a
+resource costs one lookup and one append to its encoding whatever its number of points.
+
+* A process resource (``process.pid``) is attributed by its cgroup: the probe's
+  ``process.linux.cgroup`` hint, or ``<proc_root>/<pid>/cgroup`` read in the background.
+  The cgroup names the pod uid and container id; the pod cache adds the rest. Its GPU's
+  allocation is never used: a Slurm job on a GPU a pod holds is still not that pod's.
+* A device resource (``hw.id`` without ``process.pid``) is attributed through PodResources:
+  the pod(s) the kubelet allocated it to, including when it runs nothing (the idle GPU
+  someone pays for). Several pods sharing a GPU are all listed, never one picked.
+
+What a resource's own bytes imply (which hints it has, what they parse to) is decided once
+and cached by those bytes (the same GPU sends the same resource every cycle), and so is the
+outcome, until the caches change. The request itself is never decoded: resources are
+spliced in its encoding (:mod:`.splice`), so the points pass through as received.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from prometheus_client import CollectorRegistry
+
+from gputally.errors import ConfigError
+from gputally.otlp.batch import Batch, Signal
+from gputally.pipeline.component import ComponentContext, Processor
+from gputally.processors.cgroup import CgroupInfo, parse_cgroup
+
+from . import semconv
+from .attributes import Encoded
+from .config import K8sConfig
+from .devices import device_key, resource_keys
+from .metrics import K8sCollector
+from .procfs import PENDING
+from .runtime import K8sRuntime
+from .splice import split
+
+__all__ = ["K8sProcessor", "create"]
+
+_READ = frozenset({
+    semconv.HW_ID, semconv.HW_NAME, semconv.HW_PARENT, *semconv.GPU_INDEX, *semconv.GPU_PCI_BUS_ID,
+    semconv.MIG_GPU_INSTANCE, semconv.MIG_COMPUTE_INSTANCE,
+    semconv.PROCESS_PID, semconv.PROCESS_CGROUP, semconv.PROCESS_START,
+})
+_DECISIONS_LIMIT = 16384
+
+Outcome = tuple[Encoded | None, str]
+"""What to merge (None: nothing) and the attribution source to count."""
+
+
+class _Decision:
+    """What a resource's own attributes say; :meth:`resolve` consults the caches (no I/O).
+
+    The blob to merge is kept with the runtime generation it was computed at, so while
+    nothing changes (the steady state) a resource costs one comparison.
+    """
+
+    __slots__ = ("blob", "existing", "generation", "source")
+    cacheable = True
+
+    def __init__(self, existing: frozenset[str]) -> None:
+        self.existing = existing
+        """Keys the processor writes that the resource already holds (kept as they are)."""
+        self.generation = -1
+        self.blob = b""
+        self.source = ""
+
+    def resolve(self, runtime: K8sRuntime) -> Outcome:
+        raise NotImplementedError
+
+
+class _Skip(_Decision):
+    """Not an entity the processor attributes, or attributed already (by a gputally upstream)."""
+
+    __slots__ = ()
+
+    def resolve(self, runtime: K8sRuntime) -> Outcome:
+        return None, ""
+
+
+class _NoOwner(_Decision):
+    """A process whose cgroup is not a pod's (Slurm, systemd, plain Docker) or cannot be known."""
+
+    __slots__ = ()
+
+    def resolve(self, runtime: K8sRuntime) -> Outcome:
+        return runtime.builder.none, "none"
+
+
+def _by_cgroup(runtime: K8sRuntime, uid: str, cid: str | None) -> Outcome:
+    store = runtime.store
+    if store.synced:
+        pod = store.by_container(cid) if cid else None
+        if pod is None or pod.uid != uid:
+            pod = store.get(uid)
+        if pod is not None:
+            container = pod.container_name(cid)
+            return runtime.builder.pod(pod, container=container, container_id=cid, source="cgroup"), "cgroup"
+    return runtime.builder.identity(source="cgroup", pod_uid=uid, container_id=cid), "cgroup"
+
+
+class _Cgroup(_Decision):
+    """A process whose cgroup hint names a pod (uid, and the container id when it is a container's)."""
+
+    __slots__ = ("container_id", "pod_uid")
+
+    def __init__(self, existing: frozenset[str], pod_uid: str, container_id: str | None) -> None:
+        super().__init__(existing)
+        self.pod_uid = pod_uid
+        self.container_id = container_id
+
+    def resolve(self, runtime: K8sRuntime) -> Outcome:
+        return _by_cgroup(runtime, self.pod_uid, self.container_id)
+
+
+class _Pid(_Decision):
+    """A process sent without a cgroup hint: its cgroup is read from ``proc_root`` in the background."""
+
+    __slots__ = ("pid", "start")
+    cacheable = False  # each lookup also keeps the /proc answer alive in its cache
+
+    def __init__(self, existing: frozenset[str], pid: int, start: str | None) -> None:
+        super().__init__(existing)
+        self.pid = pid
+        self.start = start
+
+    def resolve(self, runtime: K8sRuntime) -> Outcome:
+        assert runtime.proc is not None
+        info = runtime.proc.lookup(self.pid, self.start)
+        if info is PENDING:
+            return None, "pending"
+        if isinstance(info, CgroupInfo) and info.kind == "kubernetes" and info.pod_uid:
+            return _by_cgroup(runtime, info.pod_uid, info.container_id)
+        return runtime.builder.none, "none"
+
+
+class _Device(_Decision):
+    """A GPU or MIG device: the pods PodResources says it is allocated to."""
+
+    __slots__ = ("keys", "own")
+
+    def __init__(self, existing: frozenset[str], keys: tuple[str, ...]) -> None:
+        super().__init__(existing)
+        self.keys = keys
+        self.own = keys[0] if keys else ""
+
+    def resolve(self, runtime: K8sRuntime) -> Outcome:
+        assert runtime.podresources is not None
+        devices = runtime.podresources.devices
+        if devices is None:  # no List answered yet: nothing is known, not even "none"
+            return None, "pending"
+        keys = self.keys
+        children = runtime.mig_children.get(self.own)
+        if children:
+            keys = (*keys, *children)
+        holders = devices.holders(keys)
+        if not holders:
+            return runtime.builder.none, "none"
+        store = runtime.store
+        pods = sorted({(h.namespace, h.pod) for h in holders})
+        if len(pods) == 1:
+            namespace, name = pods[0]
+            containers = {h.container for h in holders}
+            container = next(iter(containers)) if len(containers) == 1 else None
+            pod = store.by_name(namespace, name) if store.synced else None
+            if pod is not None:
+                encoded = runtime.builder.pod(
+                    pod, container=container, container_id=pod.container_id(container), source="podresources"
+                )
+            else:
+                encoded = runtime.builder.identity(
+                    source="podresources", namespace=namespace, pod_name=name, container=container
+                )
+            return encoded, "podresources"
+        entries = tuple(store.by_name(ns, n) if store.synced else None for ns, n in pods)
+        return runtime.builder.shared(holders, entries), "podresources"
+
+
+def _value(any_value: Any) -> Any:
+    kind = any_value.WhichOneof("value")
+    return getattr(any_value, kind) if kind in ("string_value", "int_value") else None
+
+
+class K8sProcessor(Processor):
+    """Adds pod, container, workload and node attributes to GPU and GPU-process resources."""
+
+    def __init__(self, runtime: K8sRuntime, *, signal: Signal) -> None:
+        self.runtime = runtime
+        self.signal = signal
+        self._decisions: dict[bytes, _Decision] = {}
+        self._started = False
+
+    async def start(self) -> None:
+        if not self._started:
+            self._started = True
+            await self.runtime.acquire()
+
+    async def shutdown(self) -> None:
+        if self._started:
+            self._started = False
+            await self.runtime.release()
+
+    def degraded(self) -> str | None:
+        return self.runtime.degraded()
+
+    async def process(self, batch: Batch) -> Batch | None:
+        runtime = self.runtime
+        decisions = self._decisions
+        generation = runtime.generation
+        counts: dict[str, int] = {}
+        request = split(batch.serialize())  # the received bytes, unless an earlier stage changed them
+        changed = False
+        for entry in request.entries:
+            resource = entry.resource
+            decision = decisions.get(resource)
+            if decision is None:
+                decision = self._decide(Resource.FromString(resource))
+                if len(decisions) >= _DECISIONS_LIMIT:
+                    decisions.clear()
+                decisions[resource] = decision
+            if decision.generation == generation:
+                blob, source = decision.blob, decision.source
+            else:
+                encoded, source = decision.resolve(runtime)
+                if encoded is None:
+                    blob = b""
+                else:
+                    blob = encoded.without(decision.existing) if decision.existing else encoded.blob
+                if decision.cacheable:
+                    decision.generation, decision.blob, decision.source = generation, blob, source
+            if source:
+                counts[source] = counts.get(source, 0) + 1
+            if blob:
+                entry.resource = resource + blob  # appending KeyValues to a Resource's encoding adds attributes
+                changed = True
+        if counts:
+            tally = runtime.attributions
+            signal = self.signal.value
+            for source, count in counts.items():
+                tally[(signal, source)] = tally.get((signal, source), 0) + count
+        if not changed:
+            return batch
+        out = Batch(batch.signal, raw=request.SerializeToString(), items=batch.items)
+        out.rejected, out.rejection = batch.rejected, batch.rejection
+        return out
+
+    def _decide(self, resource: Any) -> _Decision:
+        """Read the hints once per distinct resource (the result is cached by its bytes)."""
+        hints: dict[str, Any] = {}
+        existing: set[str] = set()
+        for kv in resource.attributes:
+            key = kv.key
+            if key in _READ:
+                hints[key] = _value(kv.value)
+            elif key.startswith(semconv.WRITTEN_PREFIXES):
+                existing.add(key)
+        held = frozenset(existing)
+        if semconv.ATTRIBUTION in held:
+            return _Skip(held)
+        runtime = self.runtime
+        pid = hints.get(semconv.PROCESS_PID)
+        if isinstance(pid, int):
+            cgroup = hints.get(semconv.PROCESS_CGROUP)
+            if isinstance(cgroup, str) and cgroup:
+                info = parse_cgroup(cgroup)
+                if info.kind == "kubernetes" and info.pod_uid:
+                    return _Cgroup(held, info.pod_uid, info.container_id)
+                return _NoOwner(held)
+            if runtime.proc is not None:
+                start = hints.get(semconv.PROCESS_START)
+                return _Pid(held, pid, start if isinstance(start, str) and start else None)
+            return _NoOwner(held)
+        if isinstance(hints.get(semconv.HW_ID), str) and runtime.podresources is not None:
+            keys = resource_keys(hints)
+            parent = hints.get(semconv.HW_PARENT)
+            if isinstance(parent, str) and parent and keys:
+                runtime.learn_mig(device_key(parent), keys[0])
+            return _Device(held, keys)
+        return _Skip(held)
+
+
+class _Share:
+    """The ``k8s`` runtimes of one service (keyed by its metrics registry), and their collector."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.runtimes: dict[str, K8sRuntime] = {}
+        registry.register(K8sCollector(self.runtimes))
+
+
+_SHARES: weakref.WeakKeyDictionary[CollectorRegistry, _Share] = weakref.WeakKeyDictionary()
+"""Per service, not per process: a service's registry dies with it, and its entry with it."""
+
+
+def _node_name(config: K8sConfig, environ: Mapping[str, str], component: str) -> str | None:
+    name = config.node_name or environ.get("K8S_NODE_NAME") or None
+    if config.mode == "node" and not name:
+        raise ConfigError(
+            f"{component}: node_name: node mode needs this node's name: set node_name, or K8S_NODE_NAME "
+            "from the downward API (fieldRef spec.nodeName)"
+        )
+    return name
+
+
+def create(
+    config: K8sConfig, context: ComponentContext, signal: Signal, *, environ: Mapping[str, str] | None = None
+) -> K8sProcessor:
+    """Factory hook: one processor per pipeline, one runtime per processor ID and service."""
+    environ = os.environ if environ is None else environ
+    node_name = _node_name(config, environ, context.id)
+    if config.kubeconfig is not None and not config.kubeconfig.is_file():
+        raise ConfigError(f"{context.id}: kubeconfig: {config.kubeconfig} is not a file")
+    if config.proc_root is not None and not config.proc_root.is_dir():
+        raise ConfigError(f"{context.id}: proc_root: {config.proc_root} is not a directory")
+    registry = context.telemetry.registry
+    share = _SHARES.get(registry)
+    if share is None:
+        share = _SHARES[registry] = _Share(registry)
+    runtime = share.runtimes.get(context.id)
+    if runtime is None or runtime.config != config:
+        runtime = share.runtimes[context.id] = K8sRuntime(config, name=context.id, node_name=node_name)
+    return K8sProcessor(runtime, signal=signal)

@@ -1,0 +1,1 @@
+"""The kubelet PodResources API (see ``v1/api.proto``)."""

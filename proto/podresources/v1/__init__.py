@@ -1,0 +1,1 @@
+"""Generated code for the kubelet PodResources API v1 (from ``api.proto``; do not edit by hand)."""
