@@ -20,7 +20,6 @@ spliced in its encoding (:mod:`.splice`), so the points pass through as received
 from __future__ import annotations
 
 import os
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -293,8 +292,6 @@ class _Share:
         registry.register(K8sCollector(self.runtimes))
 
 
-_SHARES: weakref.WeakKeyDictionary[CollectorRegistry, _Share] = weakref.WeakKeyDictionary()
-"""Per service, not per process: a service's registry dies with it, and its entry with it."""
 
 
 def _node_name(config: K8sConfig, environ: Mapping[str, str], component: str) -> str | None:
@@ -317,10 +314,9 @@ def create(
         raise ConfigError(f"{context.id}: kubeconfig: {config.kubeconfig} is not a file")
     if config.proc_root is not None and not config.proc_root.is_dir():
         raise ConfigError(f"{context.id}: proc_root: {config.proc_root} is not a directory")
-    registry = context.telemetry.registry
-    share = _SHARES.get(registry)
+    share = context.shared.get(__name__)
     if share is None:
-        share = _SHARES[registry] = _Share(registry)
+        share = context.shared[__name__] = _Share(context.telemetry.registry)
     runtime = share.runtimes.get(context.id)
     if runtime is None or runtime.config != config:
         runtime = share.runtimes[context.id] = K8sRuntime(config, name=context.id, node_name=node_name)

@@ -69,6 +69,7 @@ _BLOB_LIMIT = 4096
 _MEMO_LIMIT = 8192
 """Resources remembered by their encoding; a GPU node sends the same few dozen every cycle."""
 _STOP_TIMEOUT = 5.0
+_METRICS_KEY = f"{__name__}.metrics"
 
 
 @dataclass(frozen=True)
@@ -79,26 +80,16 @@ class _Metrics:
     backend_errors: Counter
 
 
-def _counter(registry: CollectorRegistry, name: str, doc: str, labels: list[str]) -> Counter:
-    """A counter family in ``registry``, shared by every slurm processor of the service."""
-    try:
-        return Counter(name, doc, labels, registry=registry)
-    except ValueError:  # already registered by another slurm processor (another pipeline)
-        existing = registry._names_to_collectors.get(f"{name}_total")  # no public lookup
-        if isinstance(existing, Counter):
-            return existing
-        raise
-
-
 def _metrics(registry: CollectorRegistry) -> _Metrics:
+    """The counter families; made once per service and kept in its shared store."""
     return _Metrics(
-        resources=_counter(registry, "gputally_slurm_resources", "Resources seen by how their Slurm job was found.",
-                           ["processor", "source"]),
-        lookups=_counter(registry, "gputally_slurm_lookups", "Job metadata lookups by outcome.",
-                         ["processor", "outcome"]),
-        backend_errors=_counter(registry, "gputally_slurm_backend_errors",
-                                "Failed calls to the Slurm backend (each one a gap in fresh metadata).",
-                                ["processor", "backend"]),
+        resources=Counter("gputally_slurm_resources", "Resources seen by how their Slurm job was found.",
+                          ["processor", "source"], registry=registry),
+        lookups=Counter("gputally_slurm_lookups", "Job metadata lookups by outcome.",
+                        ["processor", "outcome"], registry=registry),
+        backend_errors=Counter("gputally_slurm_backend_errors",
+                               "Failed calls to the Slurm backend (each one a gap in fresh metadata).",
+                               ["processor", "backend"], registry=registry),
     )
 
 
@@ -136,6 +127,7 @@ class SlurmProcessor(Processor):
         gpu_map: GpuMap | None = None,
         component_id: str = "slurm",
         registry: CollectorRegistry | None = None,
+        shared: dict[str, Any] | None = None,
     ) -> None:
         self.config = config
         self.signal = signal
@@ -146,7 +138,10 @@ class SlurmProcessor(Processor):
         self._id = component_id
         self.registry = registry or CollectorRegistry()
         """Where this processor's counters live (the service's ``/metrics`` registry)."""
-        metrics = _metrics(self.registry)
+        shared = {} if shared is None else shared
+        metrics = shared.get(_METRICS_KEY)
+        if metrics is None:
+            metrics = shared[_METRICS_KEY] = _metrics(self.registry)
         self._by_source = {s: metrics.resources.labels(processor=component_id, source=s)
                            for s in ("cgroup", "environ", "gres", "none")}
         lookups = {
@@ -364,5 +359,5 @@ def create(config: SlurmConfig, context: ComponentContext, signal: Signal) -> Sl
     return SlurmProcessor(
         config, signal=signal, backend=backend, node_name=node_name,
         local_hosts=frozenset({hostname, hostname.split(".", 1)[0]}), gpu_map=gpu_map,
-        component_id=context.id, registry=context.telemetry.registry,
+        component_id=context.id, registry=context.telemetry.registry, shared=context.shared,
     )

@@ -251,3 +251,31 @@ async def test_service_lists_degraded_components() -> None:
     service = Service(config)
     assert service.degraded() == {"metrics/stale": "slurmctld unreachable since 12:00; attributing from cache"}
     assert service.ready
+
+
+async def test_every_component_of_a_service_gets_the_same_shared_store() -> None:
+    stores: list[dict[str, Any]] = []
+
+    def make_processor(config: Any, ctx: Any, signal: Signal) -> Tagger:
+        stores.append(ctx.shared)
+        return Tagger(ctx.id)
+
+    registry = Registry(
+        receivers={"fake": Factory("fake", _Empty, lambda c, ctx, consumers, *, reuse_port: FakeReceiver(Recorder(), consumers))},
+        processors={"tag": Factory("tag", _Empty, make_processor)},
+        exporters={"rec": Factory("rec", _Empty, lambda c, ctx: RecordingExporter())},
+    )
+    document = {
+        "receivers": {"fake": {}},
+        "processors": {"tag": {}},
+        "exporters": {"rec": {}},
+        "service": {"pipelines": {
+            "metrics": {"receivers": ["fake"], "processors": ["tag"], "exporters": ["rec"]},
+            "logs": {"receivers": ["fake"], "processors": ["tag"], "exporters": ["rec"]},
+        }},
+    }
+    Service(validate(document, registry))
+    Service(validate(document, registry))
+    assert len(stores) == 4
+    assert stores[0] is stores[1] and stores[2] is stores[3]
+    assert stores[0] is not stores[2]  # one store per service, not per process

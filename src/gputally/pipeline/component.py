@@ -127,6 +127,10 @@ class ComponentContext:
     """Seconds the component may take to drain on shutdown."""
     is_ready: Callable[[], bool] = lambda: True
     """Whether the whole service is ready (exporters connected); for health endpoints."""
+    shared: dict[str, Any] = field(default_factory=dict)
+    """One store per service, the same for every component it creates: where the instances of
+    one processor in several pipelines keep what they share (one watch, one cache, one set of
+    metric families). Key it by something the component owns, such as its module name."""
 
     def authenticator(self, auth: AuthSettings | None) -> BearerTokenAuth | None:
         if auth is None:

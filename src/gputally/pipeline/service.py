@@ -42,8 +42,11 @@ class Service:
             if isinstance(ext, BearerTokenAuthConfig)
         }
 
+        shared: dict[str, Any] = {}
+
         def context(component_id: str) -> ComponentContext:
             return ComponentContext(
+                shared=shared,
                 id=component_id,
                 telemetry=self.telemetry,
                 authenticators=authenticators,
