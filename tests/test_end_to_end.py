@@ -225,3 +225,39 @@ def test_default_serve_prints_where_it_listens_and_shows_data() -> None:
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0
     assert "7" in out and "metrics" in out.lower()
+
+
+async def test_workers_share_the_port_and_each_serves_its_own_metrics(tmp_path: Path) -> None:
+    sink = OtlpSink(free_port())
+    await sink.start()
+    port, admin = free_port(), free_port()
+    while admin + 1 == port:
+        admin = free_port()
+    config = yaml.safe_load(config_text(port, sink))
+    config["service"]["telemetry"]["metrics"]["address"] = f"127.0.0.1:{admin}"
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = subprocess.Popen([GPUTALLY, "serve", "--config", str(path), "--workers", "2"],
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        _wait_listening(proc)
+        _wait_listening(proc)
+        # The kernel spreads connections, not requests: use one connection per request.
+        for gpu in range(12):
+            await send(port, gpu_request(points=1, gpu=f"GPU-{gpu}"))
+        await sink.wait_for(lambda: len(sink.received_metrics()) == 12)
+        accepted = []
+        async with aiohttp.ClientSession() as http:
+            for worker in (0, 1):
+                async with http.get(f"http://127.0.0.1:{admin + worker}/metrics") as response:
+                    text = await response.text()
+                line = next(li for li in text.splitlines()
+                            if li.startswith('gputally_receiver_accepted_items_total{receiver="otlp",signal="metrics"'))
+                accepted.append(float(line.rsplit(" ", 1)[1]))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        await sink.stop()
+    assert sum(accepted) == 12
+    # 12 connections all hashed to one worker would happen once in 2,048 runs.
+    assert min(accepted) > 0, accepted
