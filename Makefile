@@ -22,6 +22,7 @@ serve: venv
 
 harness:
 	tests/harness/kube/build.sh
+	tests/harness/otelcol/build.sh
 	sh tests/harness/slurm/setup.sh
 
 test: venv harness

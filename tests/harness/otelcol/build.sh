@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Build the otelcol that gputally's end-to-end tests run (issue 7).
+#
+#   tests/harness/otelcol/build.sh           build if needed, then print OTELCOL=<path>
+#   tests/harness/otelcol/build.sh --check   print the path if an up-to-date build is cached,
+#                                            else exit 3 without building (used by the fixture)
+#
+# The distribution is collector-config/builder.yaml, built by the OpenTelemetry Collector
+# Builder (ocb) of the same release, installed with `go install` into the cache. Everything
+# goes to a cache outside the repo,
+#
+#   ${GPUTALLY_CACHE:-$HOME/.cache/gputally}/otelcol/
+#       bin/builder                    ocb
+#       <version>/otelcol-gputally-test the collector, with its generated sources and a stamp
+#
+# The stamp hashes builder.yaml and this script, so a change to either rebuilds and an
+# unchanged tree returns at once. Network use is the Go module proxy only; the Go toolchain
+# is never downloaded (GOTOOLCHAIN=local). Output on stdout is one line: OTELCOL=...
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../../.." && pwd)
+manifest=$repo/collector-config/builder.yaml
+builder_version=v0.165.0   # go.opentelemetry.io/collector/cmd/builder; same release as the manifest's core modules
+
+mode=build
+case "${1:-}" in
+    "") ;;
+    --check) mode=check ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) echo "build.sh: unknown argument: $1" >&2; exit 2 ;;
+esac
+
+# dist.name and dist.version from the manifest, without a YAML parser.
+distval() { awk -v k="$1" '/^dist:/ { d = 1; next } /^[^ #]/ { d = 0 } d && $1 == k":" { print $2; exit }' "$manifest"; }
+name=$(distval name)
+version=$(distval version)
+if [[ -z $name || -z $version ]]; then
+    echo "build.sh: cannot read dist.name / dist.version from $manifest" >&2
+    exit 1
+fi
+
+cache_root=${GPUTALLY_CACHE:-${HOME:?HOME is unset}/.cache/gputally}
+base=$cache_root/otelcol
+dest=$base/$version
+stamp=$(cat "$manifest" "$here/build.sh" | sha256sum | cut -c1-32)
+
+print_path() { echo "OTELCOL=$dest/$name"; }
+up_to_date() { [[ -x $dest/$name && -f $dest/stamp && $(<"$dest/stamp") == "$stamp" ]]; }
+
+if up_to_date; then
+    print_path
+    exit 0
+fi
+if [[ $mode == check ]]; then
+    echo "build.sh: no up-to-date otelcol in $dest; run $here/build.sh" >&2
+    exit 3
+fi
+
+# One build at a time per cache (parallel make, two checkouts): wait, then look again.
+mkdir -p "$base"
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"$base/.build.lock"
+    flock 9
+    if up_to_date; then
+        print_path
+        exit 0
+    fi
+fi
+
+export PATH=/usr/local/go/bin:$PATH
+if ! command -v go >/dev/null 2>&1; then
+    echo "build.sh: no Go toolchain (looked in PATH and /usr/local/go/bin)" >&2
+    exit 1
+fi
+export GOTOOLCHAIN=local CGO_ENABLED=0
+unset GOFLAGS   # ocb runs `go get` / `go mod tidy` in its generated module
+
+start=$(date +%s)
+builder=$base/bin/builder
+if [[ ! -x $builder ]] || ! "$builder" version 2>/dev/null | grep -q "${builder_version#v}"; then
+    echo "build.sh: installing ocb $builder_version into $base/bin" >&2
+    GOBIN=$base/bin go install "go.opentelemetry.io/collector/cmd/builder@$builder_version"
+fi
+
+tmp=$(mktemp -d "$base/.build.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+# ocb takes the output path only from the manifest: build from a copy pointed at $tmp.
+sed "s#^\\(  output_path:\\).*#\\1 $tmp#" "$manifest" >"$tmp/builder.yaml"
+grep -q "^  output_path: $tmp\$" "$tmp/builder.yaml" || { echo "build.sh: no dist.output_path line in $manifest" >&2; exit 1; }
+
+echo "build.sh: building $name $version with $(go env GOVERSION) into $dest" >&2
+# ocb generates main.go, components.go and go.mod, then runs `go mod tidy`, which also loads
+# the *tests* of every component package; some of their test-only modules (e.g. contrib's
+# otlpencodingextension v0.165.1, imported by fileexporter's tests) are refused by the module
+# proxy, so ocb's tidy fails although the collector itself needs none of them. So: let ocb
+# generate (its exit status is only reported), then tidy with -e and compile here, with the
+# flags ocb would use (debug_compilation: false): -trimpath -ldflags="-s -w".
+if ! "$builder" --config "$tmp/builder.yaml" --skip-compilation >"$tmp/ocb.log" 2>&1; then
+    echo "build.sh: ocb's own go mod tidy failed (expected: refused test-only modules, first lines below); continuing with go mod tidy -e" >&2
+    grep -E '403|not available|error' "$tmp/ocb.log" | head -5 >&2 || true
+fi
+if [[ ! -f $tmp/go.mod || ! -f $tmp/components.go ]]; then
+    cat "$tmp/ocb.log" >&2
+    echo "build.sh: ocb did not generate the sources" >&2
+    exit 1
+fi
+(
+    cd "$tmp"
+    go mod tidy -e >"$tmp/tidy.log" 2>&1 || { cat "$tmp/tidy.log" >&2; exit 1; }
+    go build -trimpath -ldflags="-s -w" -o "$name" . >&2
+)
+"$tmp/$name" --version >&2
+"$tmp/$name" components >"$tmp/components.txt"
+echo "$stamp" >"$tmp/stamp"
+
+rm -rf "$dest"
+chmod 755 "$tmp"
+mv -T "$tmp" "$dest"
+trap - EXIT
+echo "build.sh: built in $(( $(date +%s) - start ))s; $(du -sh "$dest/$name" | cut -f1) binary in $dest" >&2
+print_path
