@@ -20,13 +20,9 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$here"
 
-mode=build
-case "${1:-}" in
-    "") ;;
-    --check) mode=check ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
-    *) echo "build.sh: unknown argument: $1" >&2; exit 2 ;;
-esac
+# shellcheck source=../cached_build.sh
+source "$here/../cached_build.sh"
+parse_mode "$@"
 
 # The versions are whatever go.mod pins; read them without asking the go command.
 modver() {  # the version go.mod requires of module $1 (a require line, single or in a block)
@@ -41,9 +37,9 @@ fi
 
 cache_root=${GPUTALLY_CACHE:-${HOME:?HOME is unset}/.cache/gputally}
 dest=$cache_root/kube/$k8s_version-$etcd_version
-stamp=$(cat go.mod go.sum cmd/etcd/main.go build.sh | sha256sum | cut -c1-32)
+stamp=$(cat go.mod go.sum cmd/etcd/main.go build.sh ../cached_build.sh | sha256sum | cut -c1-32)
 
-print_paths() {
+print_result() {
     echo "KUBE_APISERVER=$dest/kube-apiserver"
     echo "ETCD=$dest/etcd"
 }
@@ -51,33 +47,8 @@ print_paths() {
 up_to_date() {
     [[ -x $dest/kube-apiserver && -x $dest/etcd && -f $dest/stamp && $(<"$dest/stamp") == "$stamp" ]]
 }
-if up_to_date; then
-    print_paths
-    exit 0
-fi
-if [[ $mode == check ]]; then
-    echo "build.sh: no up-to-date build in $dest; run $here/build.sh" >&2
-    exit 3
-fi
-
-# One build at a time per cache (parallel make, two checkouts): wait, then look again.
-mkdir -p "$cache_root/kube"
-if command -v flock >/dev/null 2>&1; then
-    exec 9>"$cache_root/kube/.build.lock"
-    flock 9
-    if up_to_date; then
-        print_paths
-        exit 0
-    fi
-fi
-
-go=${GO:-}
-if [[ -z $go ]]; then
-    if command -v go >/dev/null 2>&1; then go=$(command -v go)
-    elif [[ -x /usr/local/go/bin/go ]]; then go=/usr/local/go/bin/go
-    else echo "build.sh: no Go toolchain (set GO=/path/to/go)" >&2; exit 1
-    fi
-fi
+reuse_or_lock "kube-apiserver and etcd" "$cache_root/kube"
+find_go
 
 export GOTOOLCHAIN=local GOFLAGS=-mod=readonly CGO_ENABLED=0
 minor=${k8s_version#v1.}; minor=${minor%%.*}
@@ -100,4 +71,4 @@ chmod 755 "$tmp"
 mv -T "$tmp" "$dest"
 trap - EXIT
 echo "build.sh: built in $(( $(date +%s) - start ))s; $(du -sh "$dest" | cut -f1) in $dest" >&2
-print_paths
+print_result

@@ -23,13 +23,9 @@ repo=$(cd "$here/../../.." && pwd)
 manifest=$repo/collector-config/builder.yaml
 builder_version=v0.165.0   # go.opentelemetry.io/collector/cmd/builder; same release as the manifest's core modules
 
-mode=build
-case "${1:-}" in
-    "") ;;
-    --check) mode=check ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
-    *) echo "build.sh: unknown argument: $1" >&2; exit 2 ;;
-esac
+# shellcheck source=../cached_build.sh
+source "$here/../cached_build.sh"
+parse_mode "$@"
 
 # dist.name and dist.version from the manifest, without a YAML parser.
 distval() { awk -v k="$1" '/^dist:/ { d = 1; next } /^[^ #]/ { d = 0 } d && $1 == k":" { print $2; exit }' "$manifest"; }
@@ -43,36 +39,13 @@ fi
 cache_root=${GPUTALLY_CACHE:-${HOME:?HOME is unset}/.cache/gputally}
 base=$cache_root/otelcol
 dest=$base/$version
-stamp=$(cat "$manifest" "$here/build.sh" | sha256sum | cut -c1-32)
+stamp=$(cat "$manifest" "$here/build.sh" "$here/../cached_build.sh" | sha256sum | cut -c1-32)
 
-print_path() { echo "OTELCOL=$dest/$name"; }
+print_result() { echo "OTELCOL=$dest/$name"; }
 up_to_date() { [[ -x $dest/$name && -f $dest/stamp && $(<"$dest/stamp") == "$stamp" ]]; }
 
-if up_to_date; then
-    print_path
-    exit 0
-fi
-if [[ $mode == check ]]; then
-    echo "build.sh: no up-to-date otelcol in $dest; run $here/build.sh" >&2
-    exit 3
-fi
-
-# One build at a time per cache (parallel make, two checkouts): wait, then look again.
-mkdir -p "$base"
-if command -v flock >/dev/null 2>&1; then
-    exec 9>"$base/.build.lock"
-    flock 9
-    if up_to_date; then
-        print_path
-        exit 0
-    fi
-fi
-
-export PATH=/usr/local/go/bin:$PATH
-if ! command -v go >/dev/null 2>&1; then
-    echo "build.sh: no Go toolchain (looked in PATH and /usr/local/go/bin)" >&2
-    exit 1
-fi
+reuse_or_lock otelcol "$base"
+find_go
 export GOTOOLCHAIN=local CGO_ENABLED=0
 unset GOFLAGS   # ocb runs `go get` / `go mod tidy` in its generated module
 
@@ -119,4 +92,4 @@ chmod 755 "$tmp"
 mv -T "$tmp" "$dest"
 trap - EXIT
 echo "build.sh: built in $(( $(date +%s) - start ))s; $(du -sh "$dest/$name" | cut -f1) binary in $dest" >&2
-print_path
+print_result
