@@ -119,6 +119,7 @@ class GrpcTransport:
         self._calls: dict[Signal, grpc.aio.UnaryUnaryMultiCallable] = {}
         self._reached: set[_ChannelKey] = set()
         self._watchers: list[asyncio.Task[None]] = []
+        self._draining = False
 
     @property
     def description(self) -> str:
@@ -177,6 +178,7 @@ class GrpcTransport:
                 timeout=target.timeout,
                 metadata=metadata,
                 compression=_COMPRESSION[target.compression],
+                wait_for_ready=self._draining,
             )
         except grpc.aio.AioRpcError as exc:
             raise translate(exc) from exc
@@ -187,6 +189,9 @@ class GrpcTransport:
             log.debug("undecodable Export response from %s; ignoring it", target.endpoint)
             return Receipt()
         return receipt_from_response(signal, response)
+
+    def drain(self) -> None:
+        self._draining = True
 
     async def close(self) -> None:
         for task in self._watchers:

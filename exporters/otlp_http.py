@@ -214,6 +214,9 @@ class HttpTransport:
             return Receipt()
         return receipt_from_response(signal, response)
 
+    def drain(self) -> None:
+        """Nothing to do: each request opens or reuses a connection, with no backoff of its own."""
+
     async def close(self) -> None:
         for task in self._probes:
             task.cancel()

@@ -146,6 +146,7 @@ class QueuedExporter(Exporter):
             await self._closed.wait()
             return
         self._closing = True
+        self._transport.drain()
         self._retrier.stop()
         await self._queue.close()
         if self._consumers:

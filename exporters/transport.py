@@ -56,4 +56,13 @@ class Transport(Protocol):
         """Send ``batch``; raise PermanentExportError or TransientExportError on failure."""
         ...
 
+    def drain(self) -> None:
+        """Shutdown has begun: from now on each send is a last attempt for its batch.
+
+        A transport with its own reconnect backoff (gRPC) waits for the connection, within the
+        request timeout, instead of failing fast, so a backend that came back just before
+        shutdown still gets the data.
+        """
+        ...
+
     async def close(self) -> None: ...

@@ -316,3 +316,26 @@ async def test_persistent_queue_survives_a_crash(make_exporter, start_grpc_sink,
     await survivor.shutdown()
     assert sorted(c.body for c in sink.calls) == sorted(b.serialize() for b in batches)
     assert list((tmp_path / "otlp%2Fcrash").glob("*.otlp")) == []
+
+
+async def test_a_backend_back_just_before_shutdown_still_gets_the_queue(
+    make_exporter, start_grpc_sink, make_batch, counted
+) -> None:
+    """The shutdown drain waits for gRPC's reconnect instead of failing fast on a stale failure."""
+    from support.otlp import free_port
+
+    port = free_port()
+    # A long backoff: without the drain's wait-for-ready the last attempt would find the channel
+    # still in TRANSIENT_FAILURE and drop everything.
+    exporter = make_exporter({
+        "endpoint": f"127.0.0.1:{port}", "tls": {"insecure": True},
+        "retry_on_failure": {"initial_interval": "1s", "max_interval": "1s", "max_elapsed_time": "0"},
+    }, shutdown_timeout=5.0)
+    await exporter.start()
+    for n in range(4):
+        await exporter.export(make_batch(items=2, tag=str(n)))
+    await asyncio.sleep(0.2)  # the first attempt was refused; the consumers wait out 1 s
+    sink = await start_grpc_sink(port=port)
+    await exporter.shutdown()
+    assert len(await sink.wait_calls(4)) == 4
+    assert counted("sent", "otlp", M) == 8 and counted("send_failed", "otlp", M) == 0

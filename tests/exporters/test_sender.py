@@ -36,6 +36,7 @@ class FakeTransport:
         self.receipt = Receipt()
         self.ready = False
         self.closed = False
+        self.draining = False
 
     async def start(self) -> None:
         self.ready = True
@@ -50,6 +51,9 @@ class FakeTransport:
             raise self.always
         self.sent.append(batch)
         return self.receipt
+
+    def drain(self) -> None:
+        self.draining = True
 
     async def close(self) -> None:
         self.closed = True
@@ -120,7 +124,7 @@ async def test_shutdown_drains_the_queue(make_exporter, transport, make_batch, c
     await exporter.shutdown()
     assert len(transport.sent) == 20 and counted("sent", "otlp/test", M) == 20
     assert counted("send_failed", "otlp/test", M) == 0
-    assert transport.closed
+    assert transport.closed and transport.draining
 
 
 async def test_shutdown_interrupts_retry_and_counts_what_is_left(
@@ -161,7 +165,7 @@ async def test_lifecycle_edges(make_exporter, transport, make_batch) -> None:
     idle = make_exporter()
     await idle.shutdown()  # before start
     await idle.shutdown()
-    assert transport.closed
+    assert transport.closed and transport.draining
 
     exporter = make_exporter()
     with pytest.raises(Refused):
