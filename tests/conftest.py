@@ -8,7 +8,7 @@ import pytest
 
 from support.otlp import OtlpSink, free_port
 
-pytest_plugins = ["harness.kube.fixtures", "harness.otelcol.fixtures"]
+pytest_plugins = ["harness.kube.fixtures", "harness.otelcol.fixtures", "harness.slurm.fixtures"]
 
 @pytest.fixture
 async def otlp_sink() -> AsyncIterator[OtlpSink]:

@@ -12,7 +12,6 @@ import pytest
 
 from gputally.processors.slurm import SlurmProcessor
 from harness.slurm.cluster import SlurmCluster
-from harness.slurm.fixtures import slurm_cluster  # noqa: F401 - the fixture, registered here
 from tests.slurm.scenario import (
     BACKENDS,
     DRIVER_MINORS,
@@ -35,7 +34,7 @@ def _wait_pid(cluster: SlurmCluster, path: Path) -> tuple[int, int | None]:
 
 
 @pytest.fixture(scope="session")
-def slurm_jobs(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobs]:  # noqa: F811
+def slurm_jobs(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobs]:
     c = slurm_cluster
     d = c.shared
 
@@ -93,7 +92,7 @@ def slurm_jobs(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFac
 
 @pytest.fixture(params=BACKENDS)
 async def processor(
-    request: pytest.FixtureRequest, slurm_cluster: SlurmCluster, slurm_jobs: Jobs  # noqa: F811
+    request: pytest.FixtureRequest, slurm_cluster: SlurmCluster, slurm_jobs: Jobs
 ) -> AsyncIterator[SlurmProcessor]:
     """A started processor against the real cluster through one backend."""
     proc = make_processor(processor_config(slurm_cluster, request.param, slurm_jobs.proc_root))

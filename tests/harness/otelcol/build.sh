@@ -21,7 +21,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
 manifest=$repo/collector-config/builder.yaml
-builder_version=v0.165.0   # go.opentelemetry.io/collector/cmd/builder; same release as the manifest's core modules
+builder_version=v0.161.0   # go.opentelemetry.io/collector/cmd/builder; same release as the manifest's core modules
 
 # shellcheck source=../cached_build.sh
 source "$here/../cached_build.sh"
@@ -65,7 +65,7 @@ grep -q "^  output_path: $tmp\$" "$tmp/builder.yaml" || { echo "build.sh: no dis
 echo "build.sh: building $name $version with $(go env GOVERSION) into $dest" >&2
 # ocb generates main.go, components.go and go.mod, then runs `go mod tidy`, which also loads
 # the *tests* of every component package; some of their test-only modules (e.g. contrib's
-# otlpencodingextension v0.165.1, imported by fileexporter's tests) are refused by the module
+# otlpencodingextension, imported by fileexporter's tests) are refused by the module
 # proxy, so ocb's tidy fails although the collector itself needs none of them. So: let ocb
 # generate (its exit status is only reported), then tidy with -e and compile here, with the
 # flags ocb would use (debug_compilation: false): -trimpath -ldflags="-s -w".

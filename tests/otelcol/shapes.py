@@ -1,0 +1,307 @@
+"""What the deployment-shape tests share: the shipped configs, a real ``gputally serve``
+process, the NVML replay as OTLP requests, and counting points in the file exporter's output.
+
+The shapes' configs under ``collector-config/`` are run as shipped; a test changes only what
+a user would (addresses, credentials, the backend) with `override`, key by key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+from gputally.probes.collector import Collector
+from gputally.probes.otlp_shape import OtlpEncoder
+from gputally.probes.replay_source import ReplaySource, load_recording
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "collector-config"
+RECORDING = REPO.parent / "shared" / "fixtures" / "nvml" / "h200-two-workloads.json"
+METRICS_EXPORT = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
+
+# (resource attributes, metric name, point attributes, time): one data point's identity.
+Key = tuple[frozenset[tuple[str, str]], str, frozenset[tuple[str, str]], int]
+_KINDS = ("gauge", "sum", "histogram", "exponentialHistogram", "summary")
+
+
+def shipped(shape: str, name: str) -> dict[str, Any]:
+    """``collector-config/<shape>/<name>`` as a mapping."""
+    return yaml.safe_load((CONFIGS / shape / name).read_text())
+
+
+def override(config: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``config`` with each dotted key of ``changes`` set (None deletes it).
+
+    Component ids contain slashes, never dots, so ``"exporters.otlphttp/backend"`` is one path.
+    """
+    result = copy.deepcopy(dict(config))
+    for dotted, value in changes.items():
+        *parents, last = dotted.split(".")
+        node = result
+        for part in parents:
+            node = node.setdefault(part, {})
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = copy.deepcopy(value)
+    return result
+
+
+def file_backend(config: Mapping[str, Any], out: Path, pipelines: Iterable[str]) -> dict[str, Any]:
+    """``config`` with its backend exporter replaced by a file exporter writing JSON lines to
+    ``out``, in ``pipelines``: what "your backend" becomes in a test."""
+    changes: dict[str, Any] = {
+        "exporters.otlphttp/backend": None,
+        "exporters.file/backend": {"path": str(out), "format": "json", "flush_interval": "100ms"},
+    }
+    for name in pipelines:
+        exporters = config["service"]["pipelines"][name]["exporters"]
+        changes[f"service.pipelines.{name}.exporters"] = [
+            "file/backend" if e == "otlphttp/backend" else e for e in exporters
+        ]
+    return override(config, changes)
+
+
+def _value(any_value: Mapping[str, Any]) -> str:
+    (kind, value), = any_value.items()
+    if kind == "arrayValue":
+        return json.dumps([_value(v) for v in value.get("values", [])])
+    return str(value)
+
+
+def _json_attrs(attributes: Iterable[Mapping[str, Any]]) -> frozenset[tuple[str, str]]:
+    return frozenset((kv["key"], _value(kv["value"])) for kv in attributes)
+
+
+def _pb_value(value: Any) -> str:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return json.dumps([_pb_value(v) for v in value.array_value.values])
+    return str(getattr(value, kind))
+
+
+def _pb_attrs(attributes: Iterable[Any]) -> frozenset[tuple[str, str]]:
+    return frozenset((kv.key, _pb_value(kv.value)) for kv in attributes)
+
+
+def file_resources(out: Path) -> list[tuple[dict[str, str], dict[str, Any]]]:
+    """Every resource in the file exporter's JSON lines: (attributes, the resourceMetrics)."""
+    if not out.exists():
+        return []
+    found = []
+    for line in out.read_text().splitlines():
+        if line.strip():
+            for rm in json.loads(line).get("resourceMetrics", []):
+                found.append((dict(_json_attrs(rm.get("resource", {}).get("attributes", []))), rm))
+    return found
+
+
+def file_points(out: Path, drop: Iterable[str] = ()) -> Counter[Key]:
+    """Every data point in the file exporter's output, its resource without the keys in ``drop``
+    (the attributes gputally added), so it compares with what was sent."""
+    dropped = set(drop)
+    points: Counter[Key] = Counter()
+    for attributes, rm in file_resources(out):
+        resource = frozenset((k, v) for k, v in attributes.items() if k not in dropped)
+        for sm in rm.get("scopeMetrics", []):
+            for metric in sm.get("metrics", []):
+                for kind in _KINDS:
+                    for point in metric.get(kind, {}).get("dataPoints", []):
+                        points[(resource, metric["name"], _json_attrs(point.get("attributes", [])),
+                                int(point.get("timeUnixNano", 0)))] += 1
+    return points
+
+
+def resource_times(rm: Mapping[str, Any]) -> set[int]:
+    """The timestamps of the points of one resource in the file exporter's output."""
+    return {
+        int(point.get("timeUnixNano", 0))
+        for sm in rm.get("scopeMetrics", [])
+        for metric in sm.get("metrics", [])
+        for kind in _KINDS
+        for point in metric.get(kind, {}).get("dataPoints", [])
+    }
+
+
+def request_points(requests: Iterable[ExportMetricsServiceRequest]) -> Counter[Key]:
+    """Every data point in ``requests``, keyed as `file_points` keys them."""
+    points: Counter[Key] = Counter()
+    for request in requests:
+        for rm in request.resource_metrics:
+            resource = _pb_attrs(rm.resource.attributes)
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    for point in getattr(metric, metric.WhichOneof("data")).data_points:
+                        points[(resource, metric.name, _pb_attrs(point.attributes), point.time_unix_nano)] += 1
+    return points
+
+
+def added_keys(out: Path, sent: Counter[Key]) -> set[str]:
+    """Resource keys in the output that no sent resource had: what the pipeline added."""
+    had = {k for key in sent for k, _ in key[0]}
+    return {k for attributes, _ in file_resources(out) for k in attributes} - had
+
+
+async def replay_requests(recording: Mapping[str, Any], cycles: int, node: str) -> list[ExportMetricsServiceRequest]:
+    """What the NVIDIA probe sends for the first ``cycles`` snapshots of a recording."""
+    source = ReplaySource(copy.deepcopy(dict(recording)))
+    probe = Collector(source, source, node_name=node, events=False)
+    encoder = OtlpEncoder()
+    requests = []
+    try:
+        for _ in range(cycles):
+            cycle = await probe.collect()
+            requests.append(encoder.metrics(cycle.entities, cycle.time_ns))
+    finally:
+        await probe.close()
+    return requests
+
+
+RECORDED_POD_UID = "6ee8558e-a273-417d-9a57-57f3c7773bd4"
+RECORDED_CONTAINER = "2cbbbe2a9f38fa2255006fd6faed661a55f92bf6f924aae08261634ab5ff0f67"
+RECORDED_GPU = "GPU-1e061ec2-3930-fe87-1e34-cb91101c1bd9"
+
+
+def h200_recording(*, pod_uid: str | None = None, slurm_job: int | None = None) -> dict[str, Any]:
+    """The H200 recording, its Kubernetes process moved into pod ``pod_uid`` and its Slurm
+    process into job ``slurm_job`` (the API server and slurmctld choose those ids)."""
+    recording = copy.deepcopy(load_recording(RECORDING))
+    for snapshot in recording["snapshots"]:
+        for facts in snapshot.get("proc_facts", {}).values():
+            cgroup = facts.get("cgroup") or ""
+            if pod_uid:
+                cgroup = cgroup.replace(RECORDED_POD_UID.replace("-", "_"), pod_uid.replace("-", "_"))
+            if slurm_job is not None:
+                cgroup = cgroup.replace("/job_4242/", f"/job_{slurm_job}/")
+            if cgroup:
+                facts["cgroup"] = cgroup
+            if slurm_job is not None and facts.get("env_selected", {}).get("SLURM_JOB_ID") == "4242":
+                facts["env_selected"]["SLURM_JOB_ID"] = str(slurm_job)
+    return recording
+
+
+async def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def warm_up(export: Any, request: ExportMetricsServiceRequest, out: Path, keys: Iterable[str],
+                  log_tail: Callable[[], str], timeout: float = 30.0) -> None:
+    """Send earlier copies of ``request`` until the backend shows each of ``keys`` on some
+    resource: caches fill in the background, and the test's own points must meet them warm.
+    The copies' points have other timestamps, so they never count as the test's."""
+    wanted = list(keys)
+
+    def warm() -> bool:
+        seen = [a for a, _ in file_resources(out)]
+        return all(any(key in a for a in seen) for key in wanted)
+
+    deadline = asyncio.get_running_loop().time() + timeout
+    n = 0
+    while not warm():
+        assert asyncio.get_running_loop().time() < deadline, f"never attributed {wanted}:\n{log_tail()}"
+        n += 1
+        await export(retimed(request, -n * 10**12).SerializeToString(), timeout=5)
+        for _ in range(5):
+            if warm():
+                return
+            await asyncio.sleep(0.1)
+
+
+def retimed(request: Any, delta_ns: int) -> Any:
+    """A copy of ``request`` with every point moved by ``delta_ns``: the same resources,
+    points that cannot be mistaken for the real ones."""
+    copy = type(request).FromString(request.SerializeToString())
+    for rm in copy.resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                for point in getattr(metric, metric.WhichOneof("data")).data_points:
+                    point.time_unix_nano += delta_ns
+    return copy
+
+
+class GputallyProcess:
+    """``gputally serve --config FILE`` as its own process, stopped by pid (SIGTERM drains)."""
+
+    def __init__(self, config: Mapping[str, Any], workdir: Path, *, name: str = "gputally",
+                 env: Mapping[str, str] | None = None) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.name = name
+        self.config_path = workdir / f"{name}.yaml"
+        self.config_path.write_text(yaml.safe_dump(dict(config), sort_keys=False))
+        self.log_path = workdir / f"{name}.log"
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, port: int, timeout: float = 30.0) -> GputallyProcess:
+        """Start, and wait until its admin server says ready (or ``port`` listens if it has none)."""
+        executable = Path(sys.executable).with_name("gputally")
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [str(executable), "serve", "--config", str(self.config_path)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    return self
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError(f"{self.name} did not listen on {port} within {timeout} s:\n{self.log_tail()}")
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM by pid, SIGKILL after ``timeout``; the exit code. Idempotent."""
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        return proc.returncode
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+
+def prometheus_counters(url: str, prefix: str) -> dict[str, float]:
+    """Sum of each Prometheus series whose name starts with ``prefix`` at ``url``, by
+    ``name{labels}`` as written."""
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            series, _, value = line.rpartition(" ")
+            found[series] = found.get(series, 0.0) + float(value)
+    return found

@@ -1,0 +1,128 @@
+"""Shape 1, the gateway, as shipped in collector-config/gateway/, end to end:
+
+    NVML replay (the probe's OTLP) --> gputally serve (gateway/gputally.yaml: k8s + slurm)
+        --> otelcol (gateway/otelcol.yaml, its backend a file exporter)
+
+with a real kube-apiserver (the pod the recording's container runs in) and a real Slurm
+cluster through slurmrestd (the job the recording's other process runs in). The API server
+and slurmctld pick the pod uid and the job id, so the recording's cgroups are moved into them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+from harness.kube.cluster import KubeCluster, create_node, create_pod, create_statefulset, set_pod_status
+from harness.otelcol.collector import Otelcol, free_port
+from harness.slurm.cluster import SlurmCluster
+
+from tests.otelcol.shapes import (
+    METRICS_EXPORT,
+    RECORDED_CONTAINER,
+    GputallyProcess,
+    file_backend,
+    file_points,
+    file_resources,
+    h200_recording,
+    override,
+    replay_requests,
+    request_points,
+    resource_times,
+    shipped,
+    wait_until,
+    warm_up,
+)
+
+ADDED_BY_GATEWAY_PREFIXES = ("k8s.", "slurm.", "container.", "cloud.", "host.type", "gputally.k8s.")
+
+
+async def test_gateway_attributes_every_point_once_to_its_pod_and_job(
+    otelcol: Callable[..., Otelcol], kube_cluster: KubeCluster, kube_admin: Any, kube_namespace: str,
+    slurm_cluster: SlurmCluster, tmp_path: Path,
+) -> None:
+    ns, node = kube_namespace, f"gpu-{uuid.uuid4().hex[:8]}"
+    create_node(kube_admin, node, labels={"topology.kubernetes.io/zone": "us-east-2a"})
+    owner = create_statefulset(kube_admin, ns, "jupyter-alice", labels={"team": "nlp"})
+    pod = create_pod(kube_admin, ns, "jupyter-alice-0", owner=owner, node_name=node, labels={"team": "nlp"},
+                     containers=["notebook"], resources={"notebook": {"nvidia.com/gpu": "1"}})
+    set_pod_status(kube_admin, ns, "jupyter-alice-0", container_ids={"notebook": f"containerd://{RECORDED_CONTAINER}"})
+    job = slurm_cluster.sbatch("sleep 300\n", "--job-name=gateway-shape", "--account=physics")
+    try:
+        slurm_cluster.wait_job_state(job, ["RUNNING"])
+        await _run_gateway(otelcol, kube_cluster, slurm_cluster, pod.metadata.uid, job, node, ns, tmp_path)
+    finally:
+        slurm_cluster.run(["scancel", str(job)], check=False)
+
+
+async def _run_gateway(otelcol: Callable[..., Otelcol], kube: KubeCluster, slurm: SlurmCluster, pod_uid: str,
+                       job: int, node: str, ns: str, tmp_path: Path) -> None:
+    requests = await replay_requests(h200_recording(pod_uid=pod_uid, slurm_job=job), 3, node)
+    sent = request_points(requests)
+    out = tmp_path / "backend.json"
+
+    backend_port = free_port()
+    backend_config = file_backend(override(shipped("gateway", "otelcol.yaml"), {
+        "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{backend_port}",
+        "receivers.otlp.protocols.http.endpoint": f"127.0.0.1:{free_port()}",
+    }), out, ["metrics", "logs"])
+    backend = otelcol(backend_config, wait_for=backend_port, name="backend")
+
+    token = tmp_path / "slurm-token"
+    token.write_text(slurm.token("root"))
+    port = free_port()
+    gateway = GputallyProcess(override(shipped("gateway", "gputally.yaml"), {
+        "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{port}",
+        "receivers.otlp.protocols.http.endpoint": f"127.0.0.1:{free_port()}",
+        "processors.k8s.kubeconfig": str(kube.limited_kubeconfig),
+        "processors.slurm.slurmrestd.token_file": str(token),
+        "service.telemetry.metrics.address": f"127.0.0.1:{free_port()}",
+    }), tmp_path / "gateway", env={
+        "SLURMRESTD_URL": slurm.restd_url,
+        "SLURMRESTD_USER": "root",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{backend_port}",
+    })
+    gateway.start(port)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            export = channel.unary_unary(METRICS_EXPORT)
+
+            # The pod list syncs and the job's metadata is looked up in the background.
+            await warm_up(export, requests[0], out, ["k8s.pod.name", "slurm.job.user"], gateway.log_tail)
+            for request in requests:
+                await export(request.SerializeToString(), timeout=5)
+        times = {key[3] for key in sent}
+        await wait_until(lambda: sum(n for k, n in file_points(out).items() if k[3] in times) >= sum(sent.values()),
+                         "every sent point at the backend")
+    finally:
+        assert await asyncio.to_thread(gateway.stop) == 0, gateway.log_tail()
+    assert await asyncio.to_thread(backend.stop) == 0, backend.log_tail()
+
+    # Every point once, its resource as sent plus what the gateway added.
+    added = {k for a, _ in file_resources(out) for k in a if k.startswith(ADDED_BY_GATEWAY_PREFIXES)}
+    got = file_points(out, drop=added)
+    assert {k: n for k, n in got.items() if k[3] in times} == sent
+
+    resources = [a for a, rm in file_resources(out) if resource_times(rm) <= times]
+    by_pid: dict[str, list[dict[str, str]]] = {}
+    for attributes in resources:
+        by_pid.setdefault(attributes.get("process.pid", "gpu"), []).append(attributes)
+    assert set(by_pid) == {"gpu", "628", "629"}
+    for notebook in by_pid["629"]:
+        assert notebook["k8s.pod.name"] == "jupyter-alice-0" and notebook["k8s.namespace.name"] == ns
+        assert notebook["k8s.statefulset.name"] == "jupyter-alice" and notebook["k8s.pod.label.team"] == "nlp"
+        assert notebook["container.id"] == RECORDED_CONTAINER and notebook["k8s.container.name"] == "notebook"
+        assert notebook["gputally.k8s.attribution"] == "cgroup" and "slurm.job.id" not in notebook
+    for worker in by_pid["628"]:
+        assert worker["slurm.job.id"] == str(job) and worker["slurm.job.step"] == "0"
+        assert worker["slurm.job.user"] == "root" and worker["slurm.job.account"] == "physics"
+        assert worker["slurm.job.name"] == "gateway-shape" and worker["gputally.k8s.attribution"] == "none"
+        assert not any(k.startswith("k8s.") for k in worker)
+    # A gateway cannot see PodResources: the GPU itself is attributed by the sidecar shape.
+    for gpu in by_pid["gpu"]:
+        assert "k8s.pod.name" not in gpu and "slurm.job.id" not in gpu
+
