@@ -456,9 +456,13 @@ def test_gateway_deployment_and_service() -> None:
     assert "kubernetes.io/hostname" in spread or anti, "replicas are not spread across nodes"
     (container,) = pod["containers"]
     assert _env(container, "OTEL_EXPORTER_OTLP_ENDPOINT")["value"] == "http://otel-collector.observability.svc:4317"
-    assert _env(container, "SLURM_JWT")["valueFrom"] == {
-        "secretKeyRef": {"name": "gputally-slurm", "key": "token", "optional": True}
-    }
+    # The slurm processor's token_file lies in the optional Secret's mount.
+    token_file = Path(yaml.safe_load((ROOT / "collector-config" / "gateway" / "gputally.yaml").read_text())
+                      ["processors"]["slurm"]["slurmrestd"]["token_file"])
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "slurm-token"]
+    assert token_file.parent == Path(mount["mountPath"]) and token_file.name == "token"
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "slurm-token"]
+    assert volume["secret"]["secretName"] == "gputally-slurm" and volume["secret"]["optional"] is True
     resources = container["resources"]
     assert resources["requests"] == {"cpu": "500m", "memory": "512Mi"}
     assert resources["limits"] == {"cpu": "2", "memory": "1Gi"}

@@ -1,0 +1,150 @@
+"""Shape 4, scale-out, as shipped in collector-config/scale-out/, end to end:
+
+    NVML replay of 8 nodes --> otelcol (scale-out/otelcol.yaml: loadbalancing by resource)
+        --> two `gputally serve` replicas (scale-out/gputally.yaml) --> the same otelcol's
+        otlp/gputally receiver --> its backend (a file exporter)
+
+One replica is stopped (SIGTERM, by pid) mid-stream. The other keeps its share flowing; what
+was routed to the stopped one is retried and, once retry gives up, counted by the collector's
+own ``otelcol_exporter_send_failed_metric_points``: every point either arrives once or is
+counted as failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+from harness.kube.cluster import KubeCluster
+from harness.otelcol.collector import Otelcol, free_port
+
+from tests.otelcol.shapes import (
+    METRICS_EXPORT,
+    GputallyProcess,
+    Key,
+    file_backend,
+    file_points,
+    file_resources,
+    h200_recording,
+    override,
+    prometheus_counters,
+    replay_requests,
+    request_points,
+    retimed,
+    shipped,
+    wait_until,
+)
+
+NODES = 8
+ROUNDS = 16
+STOP_AFTER = 6  # rounds sent before one replica goes away
+ROUND_NS = 10**12
+
+
+async def test_two_replicas_share_the_load_and_one_can_go_away(
+    otelcol: Callable[..., Otelcol], kube_cluster: KubeCluster, tmp_path: Path,
+) -> None:
+    recording = h200_recording()
+    per_node = [await replay_requests(recording, 3, f"gpu-{n:02d}") for n in range(NODES)]
+    rounds = [[retimed(cycles[r % 3], r * ROUND_NS) for cycles in per_node] for r in range(ROUNDS)]
+
+    out = tmp_path / "backend.json"
+    front_port, return_port, telemetry_port = free_port(), free_port(), free_port()
+    replica_ports = [free_port(), free_port()]
+    front_config = file_backend(override(shipped("scale-out", "otelcol.yaml"), {
+        "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{front_port}",
+        "receivers.otlp/gputally.protocols.grpc.endpoint": f"127.0.0.1:{return_port}",
+        # No DNS here: the replicas by address.
+        "exporters.loadbalancing.resolver": {"static": {"hostnames": [f"127.0.0.1:{p}" for p in replica_ports]}},
+        "exporters.loadbalancing.retry_on_failure": {
+            "initial_interval": "100ms", "max_interval": "500ms", "max_elapsed_time": "3s",
+        },
+        "service.telemetry.metrics": {"level": "detailed", "readers": [
+            {"pull": {"exporter": {"prometheus": {"host": "127.0.0.1", "port": telemetry_port}}}},
+        ]},
+    }), out, ["metrics/attributed"])
+    front = otelcol(front_config, wait_for=front_port, name="front")
+
+    replicas = [
+        GputallyProcess(override(shipped("scale-out", "gputally.yaml"), {
+            "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{port}",
+            "processors.k8s.kubeconfig": str(kube_cluster.limited_kubeconfig),
+            "service.telemetry.metrics.address": f"127.0.0.1:{free_port()}",
+            "service.shutdown_timeout": "10s",
+        }), tmp_path / f"replica-{n}", name=f"replica-{n}", env={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{return_port}",
+        })
+        for n, port in enumerate(replica_ports)
+    ]
+    for replica, port in zip(replicas, replica_ports):
+        replica.start(port)
+    stopped = replicas[1]
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{front_port}") as channel:
+            export = channel.unary_unary(METRICS_EXPORT)
+            for r, requests in enumerate(rounds):
+                if r == STOP_AFTER:
+                    assert await asyncio.to_thread(stopped.stop) == 0, stopped.log_tail()
+                for request in requests:
+                    await export(request.SerializeToString(), timeout=10)
+                await asyncio.sleep(0.05)
+
+        sent = request_points(request for requests in rounds for request in requests)
+        total = sum(sent.values())
+
+        def failed() -> int:
+            counters = prometheus_counters(f"http://127.0.0.1:{telemetry_port}/metrics",
+                                           "otelcol_exporter_send_failed_metric_points")
+            return int(sum(v for k, v in counters.items() if "loadbalancing" in k or "load_balancing" in k))
+
+        # Everything settles: each point delivered or, after retry gave up, counted as failed.
+        try:
+            await wait_until(lambda: _delivered(out, sent) + failed() >= total, "delivery or failure of every point",
+                             timeout=60)
+        except AssertionError as exc:
+            counters = prometheus_counters(f"http://127.0.0.1:{telemetry_port}/metrics", "otelcol_")
+            counters = {k: v for k, v in counters.items() if "balanc" in k or "receiver" in k or "exporter" in k}
+            raise AssertionError(f"{exc}: {_delivered(out, sent)} delivered + {failed()} failed of {total}\n"
+                                 + "\n".join(f"{k} {v}" for k, v in counters.items())) from None
+        lost = failed()
+    finally:
+        for replica in replicas:
+            assert await asyncio.to_thread(replica.stop) == 0, replica.log_tail()
+    assert await asyncio.to_thread(front.stop) == 0, front.log_tail()
+
+    got = _ours(out, sent)
+    assert max(got.values()) == 1, "a point arrived twice"
+    delivered = sum(got.values())
+    print(f"scale-out: {total} points sent, {delivered} delivered, {lost} counted as failed")
+    assert total - delivered <= lost, f"{total - delivered} points missing, only {lost} counted as failed"
+    assert lost > 0, "the stopped replica's share after the stop cannot have arrived"
+    # Both replicas did work, and the survivor kept its share flowing after the stop.
+    late = {key[3] for key in got if key[3] >= min(_round_times(rounds[STOP_AFTER]))}
+    assert late, "nothing sent after the stop arrived"
+    for replica in replicas:
+        assert re.search(r"started \d+ pipeline", replica.log_path.read_text()), replica.log_tail()
+    survivors = {a["host.name"] for a, rm in file_resources(out) if "gputally.k8s.attribution" in a}
+    assert survivors, "no resource came back attributed"
+    processes = [a for a, _ in file_resources(out) if "process.pid" in a]
+    assert processes and all(a["gputally.k8s.attribution"] in ("cgroup", "none") for a in processes)
+    assert "dropped" not in stopped.log_path.read_text(), stopped.log_tail()
+
+
+def _ours(out: Path, sent: Counter[Key]) -> Counter[Key]:
+    """The output's points that are the test's, keyed without what gputally added."""
+    had = {k for key in sent for k, _ in key[0]}
+    added = {k for a, _ in file_resources(out) for k in a} - had
+    return Counter({k: n for k, n in file_points(out, drop=added).items() if k in sent})
+
+
+def _delivered(out: Path, sent: Counter[Key]) -> int:
+    return sum(_ours(out, sent).values())
+
+
+def _round_times(requests: list[Any]) -> set[int]:
+    return {key[3] for key in request_points(requests)}
