@@ -24,6 +24,7 @@ harness:
 	tests/harness/kube/build.sh
 	tests/harness/otelcol/build.sh
 	sh tests/harness/slurm/setup.sh
+	sh tests/harness/systemd/setup.sh
 
 test: venv harness
 	$(BIN)/ruff check --no-cache .

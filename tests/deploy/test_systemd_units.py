@@ -197,16 +197,23 @@ def runnable_copies(directory: Path) -> list[str]:
     return copies
 
 
-@pytest.mark.skipif(
-    shutil.which("systemd-analyze") is None,
-    reason="systemd-analyze is not on PATH (Debian/Ubuntu package: systemd)",
-)
-def test_systemd_analyze_verify_reports_nothing(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def systemd_analyze() -> str:
+    """systemd-analyze; fails (never skips) without it: ``make test`` installs it
+    (tests/harness/systemd/setup.sh)."""
+    path = shutil.which("systemd-analyze")
+    if path is None:
+        pytest.fail("systemd-analyze is not on PATH: run tests/harness/systemd/setup.sh (Debian package systemd)",
+                    pytrace=False)
+    return path
+
+
+def test_systemd_analyze_verify_reports_nothing(tmp_path: Path, systemd_analyze: str) -> None:
     """``systemd-analyze verify`` exits 0 even for unknown keys or bad values (it only
     prints them), so any output fails the test. ExecStart's program must exist for verify:
     the copies point at this Python instead of /opt/gputally/bin/gputally."""
     proc = subprocess.run(
-        ["systemd-analyze", "verify", "--man=no", *runnable_copies(tmp_path)],
+        [systemd_analyze, "verify", "--man=no", *runnable_copies(tmp_path)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -217,14 +224,13 @@ def test_systemd_analyze_verify_reports_nothing(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not on PATH")
-def test_systemd_analyze_verify_catches_a_typo(tmp_path: Path) -> None:
+def test_systemd_analyze_verify_catches_a_typo(tmp_path: Path, systemd_analyze: str) -> None:
     """The check above cannot pass vacuously: a misspelled key in a copy is reported."""
     text = (UNIT_DIR / LOCAL).read_text().replace("/opt/gputally/bin/gputally ", f"{sys.executable} ")
     broken = tmp_path / LOCAL
     broken.write_text(text.replace("ProtectSystem=strict", "ProtectSytem=strict"))
     proc = subprocess.run(
-        ["systemd-analyze", "verify", "--man=no", str(broken)],
+        [systemd_analyze, "verify", "--man=no", str(broken)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -233,12 +239,11 @@ def test_systemd_analyze_verify_catches_a_typo(tmp_path: Path) -> None:
     assert "ProtectSytem" in proc.stdout + proc.stderr
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not on PATH")
-def test_hardening_keeps_its_exposure_rating(tmp_path: Path) -> None:
+def test_hardening_keeps_its_exposure_rating(tmp_path: Path, systemd_analyze: str) -> None:
     """``systemd-analyze security`` rates both units 1.7-1.8 ("OK", README.md); a change that
     loosens the hardening noticeably shows up here."""
     proc = subprocess.run(
-        ["systemd-analyze", "security", "--offline=yes", "--no-pager", *runnable_copies(tmp_path)],
+        [systemd_analyze, "security", "--offline=yes", "--no-pager", *runnable_copies(tmp_path)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -67,7 +67,7 @@ async def test_two_replicas_share_the_load_and_one_can_go_away(
         "service.telemetry.metrics": {"level": "detailed", "readers": [
             {"pull": {"exporter": {"prometheus": {"host": "127.0.0.1", "port": telemetry_port}}}},
         ]},
-    }), out, ["metrics/attributed"])
+    }), out, ["metrics/attributed", "logs"])
     front = otelcol(front_config, wait_for=front_port, name="front")
 
     replicas = [
