@@ -8,8 +8,17 @@ The live source runs ``hl-smi`` as fixed argument lists (never a shell), each wi
 * ``hl-smi -q -d ROW_REPLACEMENT`` for rows replaced / pending;
 * ``hl-smi`` (the summary table) for the compute processes and their memory.
 
-A snapshot keeps the raw text (and exit status) of each command: that is the recording
-format (``tests/fixtures/gaudi/README.md``), so the parsers run the same on replay.
+Per-port network counters of the integrated RoCE NIC ports do not come from hl-smi (its NET view
+has no documented machine-readable form) but from the kernel's netdev sysfs, a documented ABI
+(:mod:`~gputally.probes.gaudi_nic`): each port under a Gaudi's PCI device sends ``hw.gpu.io``
+(bytes, receive/transmit), ``gputally.gpu.link.packets``, ``hw.errors`` (error.type receive,
+transmit, receive_dropped, transmit_dropped), ``gputally.gpu.link.up`` (1 while operstate is up)
+and ``gputally.gpu.link.speed`` (bit/s; absent while unreadable), each with
+``gputally.gpu.link`` = ``port<dev_port>`` and ``network.interface.name``.
+
+A snapshot keeps the raw text (and exit status) of each command, and the raw text of each
+sysfs file: that is the recording format (``tests/fixtures/gaudi/README.md``), so the parsers
+run the same on replay.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gputally.probes import catalog as m
+from gputally.probes import gaudi_nic
 from gputally.probes.model import AttrValue, Point
 from gputally.probes.vendor_common import DeviceReading, ProcessUse, VendorUnavailable, number
 
@@ -32,6 +42,8 @@ __all__ = ["FORMAT", "QUERY_FIELDS", "HlSmiSource", "map_gaudi", "parse_csv", "p
 log = logging.getLogger(__name__)
 
 FORMAT = "gputally-hlsmi-recording/1"
+"""Snapshots ``{"query", "rows"?, "processes"?, "nic"?}``; ``nic`` (netdev sysfs records) is an
+optional extension, so recordings made before it replay unchanged, without port metrics."""
 VENDOR = "Intel"
 QUERY_FIELDS: tuple[str, ...] = (
     "timestamp", "index", "module_id", "name", "bus_id", "uuid", "serial", "driver_version",
@@ -51,12 +63,15 @@ def _run(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str
 
 
 class HlSmiSource:
-    """The live source. ``run`` is injectable for tests; it gets the argument list and a timeout."""
+    """The live source. ``run`` is injectable for tests; it gets the argument list and a timeout.
+    ``sys_root`` is where sysfs is mounted (the NIC ports' netdevs are read under it)."""
 
-    def __init__(self, *, binary: str = "hl-smi", timeout_s: float = 4.0, run: Run | None = None) -> None:
+    def __init__(self, *, binary: str = "hl-smi", timeout_s: float = 4.0, run: Run | None = None,
+                 sys_root: str = "/sys") -> None:
         self._binary = binary
         self._timeout = timeout_s
         self._run = run or _run
+        self._sys_root = sys_root
         self._path: str | None = None
         self.fields: list[str] = list(QUERY_FIELDS)
 
@@ -89,7 +104,14 @@ class HlSmiSource:
         if "error" not in query and query.get("returncode") == 0:
             snap["rows"] = self._command([self._path, "-q", "-d", "ROW_REPLACEMENT"])
             snap["processes"] = self._command([self._path])
+            snap["nic"] = self._netdevs()
         return snap
+
+    def _netdevs(self) -> dict[str, Any]:
+        try:
+            return gaudi_nic.read_netdevs(self._sys_root)
+        except Exception as exc:  # the NIC ports are extra: a bug here must not lose the hl-smi readings
+            return {"error": f"reading netdev sysfs failed: {exc!r}"}
 
     def close(self) -> None:
         pass
@@ -245,6 +267,7 @@ def map_gaudi(snapshot: Mapping[str, Any], driver: Mapping[str, Any]) -> list[De
         raise VendorUnavailable("hl-smi lists no Gaudi devices")
     replaced = parse_rows(snapshot["rows"].get("stdout", "")) if _failure(snapshot.get("rows"), "") is None else {}
     processes = parse_processes(snapshot["processes"].get("stdout", "")) if _failure(snapshot.get("processes"), "") is None else []
+    ports = gaudi_nic.assign(snapshot.get("nic"), [b for b in (_text(row, "bus_id") for row in rows) if b])
     out = []
     for position, row in enumerate(rows):
         index = _num(row, "index")
@@ -301,6 +324,8 @@ def map_gaudi(snapshot: Mapping[str, Any], driver: Mapping[str, Any]) -> list[De
             if "pending" in remap:
                 pending = remap["pending"] > 0
                 add(m.REMAP_PENDING, int(pending))
+        port_points, port_body = gaudi_nic.port_points(ports.get(bus, []) if bus else [])
+        points.extend(port_points)
         device = DeviceReading(
             hw_id=hw_id, attributes=attributes, points=points,
             label=f"{index} ({attributes.get('hw.model', hw_id)})",
@@ -308,6 +333,8 @@ def map_gaudi(snapshot: Mapping[str, Any], driver: Mapping[str, Any]) -> list[De
             body={"index": index, "uuid": hw_id, "query": {k: v for k, (v, _) in row.items()},
                   "rows": remap or {}, "processes": [{"pid": p, "memory": mb} for a, p, mb in processes if a == index]},
         )
+        if port_body:
+            device.body["nic"] = port_body
         if (uncorrected or 0) > 0 or pending:
             device.state = "degraded"
         out.append(device)
@@ -315,4 +342,7 @@ def map_gaudi(snapshot: Mapping[str, Any], driver: Mapping[str, Any]) -> list[De
         issue = _failure(snapshot.get(what), f"hl-smi {what}") if what in snapshot else None
         if issue and out:
             out[0].problems.append(issue)
+    nic = snapshot.get("nic")
+    if isinstance(nic, Mapping) and nic.get("error") and out:
+        out[0].problems.append(f"NIC ports: {nic['error']}")
     return out

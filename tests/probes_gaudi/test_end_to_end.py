@@ -31,5 +31,9 @@ async def test_one_gaudi_collection_reaches_the_backend_through_serve(otlp_sink:
     assert resources[0]["hw.vendor"] == "Intel"
     assert (metrics["hw.power"].unit, metrics["hw.power"].gauge.data_points[0].as_double) == ("W", 712.0)
     assert metrics["hw.gpu.memory.usage"].sum.data_points[0].as_int == 98304 * 1024 * 1024
+    links = {attributes(dp.attributes).get("gputally.gpu.link") for dp in metrics["hw.gpu.io"].sum.data_points}
+    assert links == {"port0", "port1", "port2"}  # accel0's NIC ports, from the recording's netdev sysfs records
+    speed = metrics["gputally.gpu.link.speed"]
+    assert (speed.unit, [dp.as_int for dp in speed.gauge.data_points]) == ("bit/s", [200_000_000_000])
     (logs,) = otlp_sink.messages(LOGS)
     assert logs.resource_logs[0].scope_logs[0].log_records[0].event_name == "gputally.gpu.snapshot"
