@@ -113,22 +113,3 @@ def by_name(name: str) -> MetricDef:
             return metric
     raise KeyError(name)
 
-
-# -- Gaudi NIC ports (``gputally probe gaudi`` only) ------------------------------------------
-# Defined below ALL on purpose: ALL is what the NVIDIA probe sends, and the README's NVIDIA
-# section must list all of it (a test checks); these are listed in the README's Gaudi section. The ports
-# also send GPU_IO (bytes) and ERRORS (error.type receive, transmit, receive_dropped,
-# transmit_dropped), with the same point attributes as below.
-INTERFACE = "network.interface.name"
-LINK_PACKETS = MetricDef(
-    "gputally.gpu.link.packets", "{packet}", C, "Packets moved over the accelerator's NIC ports.",
-    (DIRECTION, "gputally.gpu.link", INTERFACE),
-)
-LINK_UP = MetricDef(
-    "gputally.gpu.link.up", "1", G, "1 while the NIC port's operational state is up, 0 otherwise.",
-    ("gputally.gpu.link", INTERFACE),
-)
-LINK_SPEED = MetricDef(
-    "gputally.gpu.link.speed", "bit/s", G, "The NIC port's link speed; absent while the kernel cannot tell.",
-    ("gputally.gpu.link", INTERFACE),
-)

@@ -23,9 +23,26 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gputally.probes import catalog as m
-from gputally.probes.model import Attributes, Point
+from gputally.probes.model import Attributes, MetricDef, Point
 
-__all__ = ["FILES", "assign", "pci_address", "port_points", "read_netdevs"]
+__all__ = ["FILES", "LINK_PACKETS", "LINK_SPEED", "LINK_UP", "assign", "pci_address", "port_points", "read_netdevs"]
+
+# Gaudi-only metrics live here, as the AMD probe's own do in amd_probe.py: catalog.ALL is what
+# the NVIDIA probe sends. The ports also send catalog.GPU_IO (bytes) and catalog.ERRORS
+# (error.type receive, transmit, receive_dropped, transmit_dropped) with these point attributes.
+INTERFACE = "network.interface.name"
+LINK_PACKETS = MetricDef(
+    "gputally.gpu.link.packets", "{packet}", m.C, "Packets moved over the accelerator's NIC ports.",
+    (m.DIRECTION, "gputally.gpu.link", INTERFACE),
+)
+LINK_UP = MetricDef(
+    "gputally.gpu.link.up", "1", m.G, "1 while the NIC port's operational state is up, 0 otherwise.",
+    ("gputally.gpu.link", INTERFACE),
+)
+LINK_SPEED = MetricDef(
+    "gputally.gpu.link.speed", "bit/s", m.G, "The NIC port's link speed; absent while the kernel cannot tell.",
+    ("gputally.gpu.link", INTERFACE),
+)
 
 STATISTICS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_errors", "tx_errors", "rx_dropped", "tx_dropped")
 FILES: tuple[str, ...] = ("dev_port", "operstate", "speed", *(f"statistics/{name}" for name in STATISTICS))
@@ -157,20 +174,20 @@ def port_points(records: Iterable[Mapping[str, Any]]) -> tuple[list[Point], dict
         files = record.get("files") if isinstance(record.get("files"), Mapping) else {}
         dev_port = _int(files.get("dev_port"))
         link = f"port{dev_port}" if dev_port is not None else ifname
-        port = (("gputally.gpu.link", link), ("network.interface.name", ifname))
+        port = (("gputally.gpu.link", link), (INTERFACE, ifname))
         for direction, prefix in (("receive", "rx"), ("transmit", "tx")):
             way = ((m.DIRECTION, direction),)
             add(m.GPU_IO, _int(files.get(f"statistics/{prefix}_bytes")), way + port)
-            add(m.LINK_PACKETS, _int(files.get(f"statistics/{prefix}_packets")), way + port)
+            add(LINK_PACKETS, _int(files.get(f"statistics/{prefix}_packets")), way + port)
             add(m.ERRORS, _int(files.get(f"statistics/{prefix}_errors")), (("error.type", direction),) + way + port)
             add(m.ERRORS, _int(files.get(f"statistics/{prefix}_dropped")),
                 (("error.type", f"{direction}_dropped"),) + way + port)
         operstate = files.get("operstate")
         if isinstance(operstate, str) and operstate.strip():
-            add(m.LINK_UP, int(operstate.strip().lower() == "up"), port)
+            add(LINK_UP, int(operstate.strip().lower() == "up"), port)
         speed = _int(files.get("speed"))
         if speed is not None and speed not in _SPEED_UNKNOWN:
-            add(m.LINK_SPEED, speed * 1_000_000, port)  # Mb/s -> bit/s
+            add(LINK_SPEED, speed * 1_000_000, port)  # Mb/s -> bit/s
         entry: dict[str, Any] = {"ifname": ifname, "device": record.get("device")}
         entry.update({name.removeprefix("statistics/"): str(text).strip() for name, text in files.items()})
         if isinstance(record.get("errors"), Mapping) and record["errors"]:

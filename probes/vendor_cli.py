@@ -45,6 +45,9 @@ def register(probes: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         add_probe_arguments(p, source="the devices")
         if name == "gaudi":
             p.add_argument("--hl-smi", default="hl-smi", metavar="PATH", help="the hl-smi binary (default: on PATH)")
+            p.add_argument("--sys-root", default="/sys", metavar="DIR",
+                           help="the host's sysfs, for the NIC ports' counters (default /sys; in a container "
+                                "without hostNetwork, mount the host's /sys and point here)")
 
 
 def _command(args: argparse.Namespace) -> int:
@@ -61,7 +64,7 @@ def _live(args: argparse.Namespace, budget: float) -> tuple[Any, Any]:
         return AmdsmiSource(proc_root=args.proc_root, module=load_amdsmi()), processes
     from gputally.probes.gaudi_probe import HlSmiSource
 
-    return HlSmiSource(binary=args.hl_smi, timeout_s=max(0.5, budget * 0.9)), processes
+    return HlSmiSource(binary=args.hl_smi, timeout_s=max(0.5, budget * 0.9), sys_root=args.sys_root), processes
 
 
 async def run(args: argparse.Namespace, interval: float, *, out: Any = None) -> int:

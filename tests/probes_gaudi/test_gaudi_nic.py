@@ -129,7 +129,7 @@ def test_an_unreadable_class_net_is_a_problem_and_hl_smi_metrics_go_on(tmp_path:
     snap["nic"] = nic
     devices = map_gaudi(snap, {})
     assert len(devices) == 2 and devices[0].problems == [f"NIC ports: {nic['error']}"]
-    assert not any(p.metric is m.LINK_UP for d in devices for p in d.points)
+    assert not any(p.metric is gaudi_nic.LINK_UP for d in devices for p in d.points)
 
 
 async def test_the_live_source_reads_sysfs_and_maps_ports_onto_their_gaudi(tmp_path: Path, sysfs: Path) -> None:
@@ -152,7 +152,7 @@ async def test_the_live_source_reads_sysfs_and_maps_ports_onto_their_gaudi(tmp_p
     assert errors[(("error.type", "receive_dropped"), *rx("port2", "hbl2"))] == 5
     assert errors[(("error.type", "ecc_uncorrected"),)] == 1  # hl-smi's readings are still there
     a0 = device(cycle, ACCEL0)  # 0000:19:00.0 has no netdevs in this tree; eth0 belongs to no Gaudi
-    assert not any(p.metric in (m.LINK_UP, m.LINK_PACKETS, m.LINK_SPEED) for p in a0.points)
+    assert not any(p.metric in (gaudi_nic.LINK_UP, gaudi_nic.LINK_PACKETS, gaudi_nic.LINK_SPEED) for p in a0.points)
     assert not any(("network.interface.name", "eth0") in p.attributes for e in cycle.gpus() for p in e.points)
 
 
@@ -193,7 +193,7 @@ async def test_a_recording_without_nic_records_still_replays() -> None:
         del snap["nic"]
     (cycle,) = await cycles(VendorReplay(old))
     assert len(cycle.gpus()) == 2 and cycle.problems == []
-    assert not any(p.metric in (m.LINK_UP, m.LINK_PACKETS, m.LINK_SPEED) for e in cycle.gpus() for p in e.points)
+    assert not any(p.metric in (gaudi_nic.LINK_UP, gaudi_nic.LINK_PACKETS, gaudi_nic.LINK_SPEED) for e in cycle.gpus() for p in e.points)
     assert all("nic" not in entry.body for entry in cycle.logs)
 
 
@@ -238,6 +238,20 @@ def test_the_readme_gaudi_section_lists_the_port_metrics() -> None:
     text = README.read_text()
     section = text[text.index("## AMD and Intel Gaudi probes"):]
     section = section[: section.index("\n## ", 5)]
-    for metric in (m.GPU_IO, m.LINK_PACKETS, m.ERRORS, m.LINK_UP, m.LINK_SPEED):
+    for metric in (m.GPU_IO, gaudi_nic.LINK_PACKETS, m.ERRORS, gaudi_nic.LINK_UP, gaudi_nic.LINK_SPEED):
         assert f"`{metric.name}" in section
     assert "netdev sysfs" in section and "not collected yet" not in section
+
+
+def test_the_sys_root_option_reaches_the_live_source(tmp_path: Path, sysfs: Path) -> None:
+    """``--sys-root /host/sys`` (the host's sysfs mounted into a container) is where ports are read."""
+    from gputally.cli import build_parser
+    from gputally.probes.vendor_cli import _live
+
+    binary = tmp_path / "hl-smi"
+    binary.write_text("#!/bin/sh\nexit 0\n")
+    binary.chmod(0o755)
+    args = build_parser().parse_args(["probe", "gaudi", "--hl-smi", str(binary), "--sys-root", str(sysfs)])
+    source, _ = _live(args, 1.0)
+    assert source._sys_root == str(sysfs)
+    assert build_parser().parse_args(["probe", "gaudi"]).sys_root == "/sys"
