@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -119,18 +119,27 @@ def _serve(config: Path) -> subprocess.Popen[str]:
     )
 
 
-def _wait_listening(proc: subprocess.Popen[str]) -> list[str]:
+def _wait_listening(proc: subprocess.Popen[str], workers: int = 1) -> list[str]:
+    """stderr's lines until ``workers`` services have printed their pipelines (20 s at most).
+
+    Read in a thread: a blocking readline on a process that prints nothing more would
+    otherwise outlast any deadline."""
     assert proc.stderr is not None
-    lines = []
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        if line.startswith("gputally: pipelines"):
-            return lines
-    raise AssertionError(f"gputally did not start: {''.join(lines)}")
+    stderr = proc.stderr
+    lines: list[str] = []
+    started = threading.Event()
+
+    def read() -> None:
+        for line in stderr:
+            lines.append(line)
+            if sum(seen.count("gputally: pipelines") for seen in lines) >= workers:
+                break
+        started.set()
+
+    threading.Thread(target=read, name="gputally stderr", daemon=True).start()
+    if not started.wait(20) or sum(line.count("gputally: pipelines") for line in lines) < workers:
+        raise AssertionError(f"gputally did not start: {''.join(lines)}")
+    return lines
 
 
 async def test_persistent_queue_survives_sigterm_and_restart(tmp_path: Path) -> None:
@@ -240,8 +249,7 @@ async def test_workers_share_the_port_and_each_serves_its_own_metrics(tmp_path: 
     proc = subprocess.Popen([GPUTALLY, "serve", "--config", str(path), "--workers", "2"],
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        _wait_listening(proc)
-        _wait_listening(proc)
+        _wait_listening(proc, workers=2)
         # The kernel spreads connections, not requests: use one connection per request.
         for gpu in range(12):
             await send(port, gpu_request(points=1, gpu=f"GPU-{gpu}"))

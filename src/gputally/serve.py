@@ -46,8 +46,10 @@ async def _serve(config: Config, *, worker: int | None, reuse_port: bool) -> Non
         if admin:
             await admin.start()
         await service.start()
-        for line in _listening(service, admin):
-            print(f"gputally: {line}", file=sys.stderr, flush=True)
+        # One write: with --workers every process shares stderr, and print() writes a line's
+        # text and its newline separately, so lines of two workers could run into each other.
+        sys.stderr.write("".join(f"gputally: {line}\n" for line in _listening(service, admin)))
+        sys.stderr.flush()
         await stop.wait()
         log.info("shutting down (draining for up to %.0fs)", service.shutdown_timeout)
     finally:
