@@ -6,7 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from support.otlp import OtlpSink, free_port
+from harness.processes import free_port
+from support.otlp import OtlpSink
 
 pytest_plugins = ["harness.kube.fixtures", "harness.otelcol.fixtures", "harness.slurm.fixtures"]
 

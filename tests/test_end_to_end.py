@@ -20,7 +20,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from gputally.config.model import load_config
 from gputally.pipeline.service import Service
 
-from support.otlp import OtlpSink, free_port
+from harness.processes import free_port
+from support.otlp import OtlpSink
 
 METRICS_EXPORT = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
 GPUTALLY = str(Path(sys.executable).parent / "gputally")

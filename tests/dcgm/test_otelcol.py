@@ -24,7 +24,8 @@ from gputally.pipeline.component import ComponentContext
 from gputally.pipeline.service import Service
 from gputally.processors.dcgm import factory
 from gputally.telemetry import SelfTelemetry
-from harness.otelcol.collector import Otelcol, free_port
+from harness.otelcol.collector import Otelcol
+from harness.processes import free_port
 from support.otlp import OtlpSink
 
 from .scrape import GPU0_UUID, GPU1_UUID, TWO_GPUS, attrs, exposition, normalized, request

@@ -9,7 +9,6 @@ conftest).
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 import time
 from collections import deque
@@ -33,6 +32,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from gputally.otlp.batch import Batch, Signal
 from gputally.pipeline.component import ComponentContext, Exporter
 from gputally.telemetry import SelfTelemetry
+from harness.processes import free_port as harness_free_port
 
 
 @dataclass
@@ -226,9 +226,7 @@ async def cleanup() -> AsyncIterator[list[Exporter]]:
 @pytest.fixture
 def free_port() -> int:
     """A loopback port with nothing listening (a backend that is down)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return harness_free_port()
 
 
 @pytest.fixture(scope="session")

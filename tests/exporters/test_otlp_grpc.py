@@ -319,12 +319,10 @@ async def test_persistent_queue_survives_a_crash(make_exporter, start_grpc_sink,
 
 
 async def test_a_backend_back_just_before_shutdown_still_gets_the_queue(
-    make_exporter, start_grpc_sink, make_batch, counted
+    make_exporter, start_grpc_sink, free_port, make_batch, counted
 ) -> None:
     """The shutdown drain waits for gRPC's reconnect instead of failing fast on a stale failure."""
-    from support.otlp import free_port
-
-    port = free_port()
+    port = free_port
     # A long backoff: without the drain's wait-for-ready the last attempt would find the channel
     # still in TRANSIENT_FAILURE and drop everything.
     exporter = make_exporter({

@@ -18,7 +18,8 @@ from typing import Any
 import grpc
 import yaml
 from harness.kube.cluster import KubeCluster, create_node, create_pod, create_statefulset, set_pod_status
-from support.otlp import OtlpSink, free_port
+from harness.processes import free_port
+from support.otlp import OtlpSink
 
 from gputally.config.model import load_config
 from gputally.pipeline.registry import Registry

@@ -11,11 +11,8 @@ import asyncio
 import copy
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -28,11 +25,17 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from gputally.probes.collector import Collector
 from gputally.probes.otlp_shape import OtlpEncoder
 from gputally.probes.replay_source import ReplaySource, load_recording
+from harness.processes import terminate, wait_for_port
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "collector-config"
 RECORDING = REPO.parent / "shared" / "fixtures" / "nvml" / "h200-two-workloads.json"
 METRICS_EXPORT = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
+
+K8S_ADDED = ("k8s.", "container.", "cloud.", "host.type", "gputally.k8s.")
+"""Prefixes of the resource keys the k8s processor adds."""
+SLURM_ADDED = ("slurm.",)
+"""Prefix of the resource keys the slurm processor adds."""
 
 # (resource attributes, metric name, point attributes, time): one data point's identity.
 Key = tuple[frozenset[tuple[str, str]], str, frozenset[tuple[str, str]], int]
@@ -111,6 +114,16 @@ def file_resources(out: Path) -> list[tuple[dict[str, str], dict[str, Any]]]:
     return found
 
 
+def metrics_of(rm: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The metrics of one resource in the file exporter's output, all scopes together."""
+    return [metric for sm in rm.get("scopeMetrics", []) for metric in sm.get("metrics", [])]
+
+
+def points_of(metric: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The data points of one metric in the file exporter's output, whatever its kind."""
+    return [point for kind in _KINDS for point in metric.get(kind, {}).get("dataPoints", [])]
+
+
 def file_points(out: Path, drop: Iterable[str] = ()) -> Counter[Key]:
     """Every data point in the file exporter's output, its resource without the keys in ``drop``
     (the attributes gputally added), so it compares with what was sent."""
@@ -118,24 +131,23 @@ def file_points(out: Path, drop: Iterable[str] = ()) -> Counter[Key]:
     points: Counter[Key] = Counter()
     for attributes, rm in file_resources(out):
         resource = frozenset((k, v) for k, v in attributes.items() if k not in dropped)
-        for sm in rm.get("scopeMetrics", []):
-            for metric in sm.get("metrics", []):
-                for kind in _KINDS:
-                    for point in metric.get(kind, {}).get("dataPoints", []):
-                        points[(resource, metric["name"], _json_attrs(point.get("attributes", [])),
-                                int(point.get("timeUnixNano", 0)))] += 1
+        for metric in metrics_of(rm):
+            for point in points_of(metric):
+                points[(resource, metric["name"], _json_attrs(point.get("attributes", [])),
+                        int(point.get("timeUnixNano", 0)))] += 1
     return points
+
+
+def points_at(out: Path, times: set[int], added: tuple[str, ...] = ()) -> Counter[Key]:
+    """The output's points with a timestamp in ``times`` (the test's own, not its warm-up's),
+    their resources without the keys that start with one of ``added`` (what the pipeline adds)."""
+    drop = {k for attributes, _ in file_resources(out) for k in attributes if added and k.startswith(added)}
+    return Counter({key: n for key, n in file_points(out, drop=drop).items() if key[3] in times})
 
 
 def resource_times(rm: Mapping[str, Any]) -> set[int]:
     """The timestamps of the points of one resource in the file exporter's output."""
-    return {
-        int(point.get("timeUnixNano", 0))
-        for sm in rm.get("scopeMetrics", [])
-        for metric in sm.get("metrics", [])
-        for kind in _KINDS
-        for point in metric.get(kind, {}).get("dataPoints", [])
-    }
+    return {int(point.get("timeUnixNano", 0)) for metric in metrics_of(rm) for point in points_of(metric)}
 
 
 def request_points(requests: Iterable[ExportMetricsServiceRequest]) -> Counter[Key]:
@@ -252,7 +264,7 @@ class GputallyProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, port: int, timeout: float = 30.0) -> GputallyProcess:
-        """Start, and wait until its admin server says ready (or ``port`` listens if it has none)."""
+        """Start, and wait until ``port`` on 127.0.0.1 listens."""
         executable = Path(sys.executable).with_name("gputally")
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
@@ -260,33 +272,15 @@ class GputallyProcess:
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    return self
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError(f"{self.name} did not listen on {port} within {timeout} s:\n{self.log_tail()}")
-            time.sleep(0.05)
+        failure = wait_for_port(self.proc, "127.0.0.1", port, timeout)
+        if failure is not None:
+            self.stop()
+            raise AssertionError(f"{self.name} {failure}:\n{self.log_tail()}")
+        return self
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM by pid, SIGKILL after ``timeout``; the exit code. Idempotent."""
-        proc = self.proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(5)
-        return proc.returncode
+        return terminate(self.proc, timeout) if self.proc is not None else None
 
     def log_tail(self, lines: int = 40) -> str:
         try:

@@ -18,18 +18,21 @@ from typing import Any
 
 import grpc
 from harness.kube.cluster import KubeCluster, create_node, create_pod, create_statefulset, set_pod_status
-from harness.otelcol.collector import Otelcol, free_port
+from harness.otelcol.collector import Otelcol
+from harness.processes import free_port
 from harness.slurm.cluster import SlurmCluster
 
 from tests.otelcol.shapes import (
+    K8S_ADDED,
     METRICS_EXPORT,
     RECORDED_CONTAINER,
+    SLURM_ADDED,
     GputallyProcess,
     file_backend,
-    file_points,
     file_resources,
     h200_recording,
     override,
+    points_at,
     replay_requests,
     request_points,
     resource_times,
@@ -38,7 +41,7 @@ from tests.otelcol.shapes import (
     warm_up,
 )
 
-ADDED_BY_GATEWAY_PREFIXES = ("k8s.", "slurm.", "container.", "cloud.", "host.type", "gputally.k8s.")
+ADDED_BY_GATEWAY = K8S_ADDED + SLURM_ADDED
 
 
 async def test_gateway_attributes_every_point_once_to_its_pod_and_job(
@@ -96,16 +99,13 @@ async def _run_gateway(otelcol: Callable[..., Otelcol], kube: KubeCluster, slurm
             for request in requests:
                 await export(request.SerializeToString(), timeout=5)
         times = {key[3] for key in sent}
-        await wait_until(lambda: sum(n for k, n in file_points(out).items() if k[3] in times) >= sum(sent.values()),
-                         "every sent point at the backend")
+        await wait_until(lambda: points_at(out, times).total() >= sent.total(), "every sent point at the backend")
     finally:
         assert await asyncio.to_thread(gateway.stop) == 0, gateway.log_tail()
     assert await asyncio.to_thread(backend.stop) == 0, backend.log_tail()
 
     # Every point once, its resource as sent plus what the gateway added.
-    added = {k for a, _ in file_resources(out) for k in a if k.startswith(ADDED_BY_GATEWAY_PREFIXES)}
-    got = file_points(out, drop=added)
-    assert {k: n for k, n in got.items() if k[3] in times} == sent
+    assert points_at(out, times, added=ADDED_BY_GATEWAY) == sent
 
     resources = [a for a, rm in file_resources(out) if resource_times(rm) <= times]
     by_pid: dict[str, list[dict[str, str]]] = {}

@@ -17,11 +17,11 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import grpc
 from aiohttp import web
-from harness.otelcol.collector import Otelcol, free_port
+from harness.otelcol.collector import Otelcol
+from harness.processes import free_port
 from harness.slurm.cluster import SlurmCluster
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
@@ -30,7 +30,9 @@ from tests.otelcol.shapes import (
     GputallyProcess,
     file_backend,
     file_resources,
+    metrics_of,
     override,
+    points_of,
     prometheus_counters,
     shipped,
     wait_until,
@@ -160,16 +162,16 @@ async def _run_stage(otelcol: Callable[..., Otelcol], cluster: SlurmCluster, job
     for attributes, rm in gpus:
         assert attributes["host.name"] == cluster.node and attributes["hw.type"] == "gpu"
         assert attributes["hw.name"] == f"nvidia{minors[int(attributes['gputally.gpu.index'])]}"
-        for metric in _metrics(rm):
+        for metric in metrics_of(rm):
             assert metric["name"] in DCGM_METRICS
-            for point in _points(metric):
+            for point in points_of(metric):
                 assert not {"UUID", "gpu", "device", "Hostname"} & {kv["key"] for kv in point.get("attributes", [])}
                 per_scrape[(int(point["timeUnixNano"]), attributes["hw.id"], metric["name"])] += 1
     assert per_scrape and set(per_scrape.values()) == {1}  # nothing twice
     # Nothing lost: every successful scrape (up == 1) has all its GPU points. (The scrape that
     # dcgm-exporter's shutdown cut short can say up=0 and still deliver its samples.)
     successful = {int(p["timeUnixNano"]) for a, rm in resources if "hw.id" not in a
-                  for m in _metrics(rm) if m["name"] == "up" for p in _points(m) if p.get("asDouble") == 1}
+                  for m in metrics_of(rm) if m["name"] == "up" for p in points_of(m) if p.get("asDouble") == 1}
     per_time = Counter(t for t, _, _ in per_scrape)
     assert successful and successful <= set(per_time) and len(set(per_time) - successful) <= 1
     assert set(per_time.values()) == {len(UUIDS) * len(DCGM_METRICS)}
@@ -181,18 +183,11 @@ async def _run_stage(otelcol: Callable[..., Otelcol], cluster: SlurmCluster, job
     # The application's metric took the untouched pipeline.
     (app,) = [(a, rm) for a, rm in resources if a.get("service.name") == "checkout"]
     assert set(app[0]) == {"service.name"}
-    assert [m["name"] for m in _metrics(app[1])] == ["http.server.active_requests"]
+    assert [m["name"] for m in metrics_of(app[1])] == ["http.server.active_requests"]
 
-
-def _metrics(rm: dict[str, Any]) -> list[dict[str, Any]]:
-    return [m for sm in rm.get("scopeMetrics", []) for m in sm.get("metrics", [])]
-
-
-def _points(metric: dict[str, Any]) -> list[dict[str, Any]]:
-    return [p for kind in ("gauge", "sum", "histogram", "summary") for p in metric.get(kind, {}).get("dataPoints", [])]
 
 
 def _gpu_stage_points(out: Path) -> int:
     """Points in the output that came through gputally: everything but the application's."""
-    return sum(len(_points(m)) for a, rm in file_resources(out) if a.get("service.name") != "checkout"
-               for m in _metrics(rm))
+    return sum(len(points_of(m)) for a, rm in file_resources(out) if a.get("service.name") != "checkout"
+               for m in metrics_of(rm))

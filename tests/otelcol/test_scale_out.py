@@ -21,12 +21,14 @@ from typing import Any
 
 import grpc
 from harness.kube.cluster import KubeCluster
-from harness.otelcol.collector import Otelcol, free_port
+from harness.otelcol.collector import Otelcol
+from harness.processes import free_port
 
 from tests.otelcol.shapes import (
     METRICS_EXPORT,
     GputallyProcess,
     Key,
+    added_keys,
     file_backend,
     file_points,
     file_resources,
@@ -138,13 +140,11 @@ async def test_two_replicas_share_the_load_and_one_can_go_away(
 
 def _ours(out: Path, sent: Counter[Key]) -> Counter[Key]:
     """The output's points that are the test's, keyed without what gputally added."""
-    had = {k for key in sent for k, _ in key[0]}
-    added = {k for a, _ in file_resources(out) for k in a} - had
-    return Counter({k: n for k, n in file_points(out, drop=added).items() if k in sent})
+    return Counter({k: n for k, n in file_points(out, drop=added_keys(out, sent)).items() if k in sent})
 
 
 def _delivered(out: Path, sent: Counter[Key]) -> int:
-    return sum(_ours(out, sent).values())
+    return _ours(out, sent).total()
 
 
 def _round_times(requests: list[Any]) -> set[int]:

@@ -18,19 +18,21 @@ from typing import Any
 
 import grpc
 from harness.kube.cluster import KubeCluster, create_node, create_pod, create_statefulset, set_pod_status
-from harness.otelcol.collector import Otelcol, free_port
+from harness.otelcol.collector import Otelcol
+from harness.processes import free_port
 
 from tests.k8s.test_podresources import Kubelet, serve
 from tests.otelcol.shapes import (
+    K8S_ADDED,
     METRICS_EXPORT,
     RECORDED_CONTAINER,
     RECORDED_GPU,
     GputallyProcess,
     file_backend,
-    file_points,
     file_resources,
     h200_recording,
     override,
+    points_at,
     replay_requests,
     request_points,
     resource_times,
@@ -87,16 +89,13 @@ async def test_sidecar_attributes_the_gpu_and_its_processes_on_the_node(
             await wait_until(lambda: kubelet.calls > 0, "a PodResources List call")
             for request in requests:
                 await export(request.SerializeToString(), timeout=5)
-        await wait_until(lambda: sum(n for k, n in file_points(out).items() if k[3] in times) >= sum(sent.values()),
-                         "every sent point at the backend")
+        await wait_until(lambda: points_at(out, times).total() >= sent.total(), "every sent point at the backend")
     finally:
         assert await asyncio.to_thread(sidecar.stop) == 0, sidecar.log_tail()
         await kubelet_server.stop(None)
     assert await asyncio.to_thread(backend.stop) == 0, backend.log_tail()
 
-    added = {k for a, _ in file_resources(out) for k in a
-             if k.startswith(("k8s.", "container.", "cloud.", "host.type", "gputally.k8s."))}
-    assert {k: n for k, n in file_points(out, drop=added).items() if k[3] in times} == sent
+    assert points_at(out, times, added=K8S_ADDED) == sent
 
     ours = [a for a, rm in file_resources(out) if resource_times(rm) <= times]
     gpus = [a for a in ours if "process.pid" not in a]

@@ -14,7 +14,8 @@ from gputally.probes.delivery import create_exporter
 from gputally.probes.replay_source import ReplaySource
 from gputally.probes.runner import ProbeOptions, Runner
 from gputally.telemetry import SelfTelemetry
-from support.otlp import OtlpSink, free_port
+from harness.processes import free_port
+from support.otlp import OtlpSink
 from tests.probes.helpers import GPU_UUID, collector, recording
 
 LOGS = "opentelemetry.proto.collector.logs.v1.LogsService"

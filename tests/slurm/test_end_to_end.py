@@ -21,7 +21,8 @@ from gputally.probes.otlp_shape import metrics_request
 from gputally.probes.replay_source import ReplaySource, load_recording
 from gputally.processors.slurm import SlurmProcessor, factory
 from harness.slurm.cluster import SlurmCluster
-from support.otlp import OtlpSink, free_port
+from harness.processes import free_port
+from support.otlp import OtlpSink
 from tests.processors.builders import from_any_value
 from tests.slurm.scenario import Jobs
 

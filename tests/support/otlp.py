@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,12 +16,6 @@ SERVICES = {
     "opentelemetry.proto.collector.logs.v1.LogsService": ExportLogsServiceRequest,
     "opentelemetry.proto.collector.trace.v1.TraceService": ExportTraceServiceRequest,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

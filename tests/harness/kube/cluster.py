@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -48,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from harness.processes import free_port, terminate
 
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build.sh"
@@ -99,12 +100,6 @@ def locate_binaries() -> Binaries:
         if not os.access(path, os.X_OK):
             raise HarnessError(f"{path} is not an executable; run {BUILD_SCRIPT}")
     return found
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _die_with_parent() -> None:
@@ -231,15 +226,7 @@ class KubeCluster:
             proc: subprocess.Popen[bytes] | None = getattr(self, attr)
             if proc is None:
                 continue
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
+            terminate(proc, 10)
             setattr(self, attr, None)
         if remove_workdir is None:
             remove_workdir = self._own_workdir and not os.environ.get("GPUTALLY_KUBE_KEEP")

@@ -9,14 +9,13 @@ config sets one, so parallel collectors don't fight over that port.
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from harness.processes import terminate, wait_for_port
 
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build.sh"
@@ -50,12 +49,6 @@ def locate_binary() -> Path:
     if not os.access(path, os.X_OK):
         raise HarnessError(f"{path} is not an executable; run {BUILD_SCRIPT.relative_to(REPO)}")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _with_quiet_telemetry(config: dict[str, Any]) -> dict[str, Any]:
@@ -111,38 +104,15 @@ class Otelcol:
         if wait_for is None:
             return
         host, port = ("127.0.0.1", wait_for) if isinstance(wait_for, int) else wait_for
-        deadline = time.monotonic() + timeout
-        while True:
-            code = self.proc.poll()
-            if code is not None:
-                raise HarnessError(f"{self.name} exited with {code} before {host}:{port} answered:\n{self.log_tail()}")
-            try:
-                with socket.create_connection((host, port), timeout=0.5):
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise HarnessError(f"{self.name} did not listen on {host}:{port} within {timeout}s:\n{self.log_tail()}")
-            time.sleep(0.05)
+        failure = wait_for_port(self.proc, host, port, timeout)
+        if failure is not None:
+            self.stop()
+            raise HarnessError(f"{self.name} {failure}:\n{self.log_tail()}")
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM by pid (the collector drains and flushes its exporters), SIGKILL after
         ``timeout``. Returns the exit code; idempotent."""
-        proc = self.proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            try:
-                os.kill(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(5)
-        return proc.returncode
+        return terminate(self.proc, timeout) if self.proc is not None else None
 
     def log_tail(self, lines: int = 60) -> str:
         try:

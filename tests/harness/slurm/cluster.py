@@ -38,6 +38,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.processes import free_port, terminate
+
 __all__ = ["HarnessError", "SlurmCluster", "missing_programs"]
 
 SETUP_SCRIPT = Path(__file__).with_name("setup.sh")
@@ -64,12 +66,6 @@ def which(program: str) -> str | None:
 
 def missing_programs() -> list[str]:
     return [p for p in PROGRAMS if which(p) is None]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -210,7 +206,7 @@ class SlurmCluster:
                     break
                 time.sleep(0.2)
         for daemon in reversed(self.daemons):
-            _terminate(daemon.process)
+            terminate(daemon.process, 5.0)
         self.daemons.clear()
 
     def close(self) -> None:
@@ -527,14 +523,3 @@ def _cgroup_plugin() -> dict[str, str]:
 
 def _lines(settings: Mapping[str, object]) -> str:
     return "".join(f"{key}={value}\n" for key, value in settings.items())
-
-
-def _terminate(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
-    if process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(grace)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(grace)
