@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import time
+import sys
+from pathlib import Path
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -21,6 +22,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from gputally.otlp.batch import Batch, Signal
 from gputally.processors.dcgm.config import DcgmConfig
 from gputally.processors.dcgm.processor import DcgmProcessor
+
+sys.path.insert(0, str(Path(__file__).parent))
+from timing import repeat_for  # noqa: E402
 
 GPUS = 8
 
@@ -68,7 +72,7 @@ async def main(seconds: float, families: int) -> None:
     probe_raw = probe_request(points)
     processor = DcgmProcessor(DcgmConfig())
 
-    def baseline() -> None:
+    async def baseline() -> None:
         batch = Batch.decode(Signal.METRICS, raw)
         batch.mutable()
         batch.serialize()
@@ -83,16 +87,9 @@ async def main(seconds: float, families: int) -> None:
         assert batch is not None
         batch.serialize()
 
-    for label, run in (("decode + re-encode only", None), ("dcgm regroup + serialize", regrouped),
+    for label, run in (("decode + re-encode only", baseline), ("dcgm regroup + serialize", regrouped),
                        ("dcgm pass-through (probe data)", passed_through)):
-        count, started = 0, time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            if run is None:
-                baseline()
-            else:
-                await run()
-            count += 1
-        elapsed = time.perf_counter() - started
+        count, elapsed = await repeat_for(seconds, run)
         print(f"{label:31s} {count / elapsed:8.0f} requests/s  {count * points / elapsed:10.0f} points/s  "
               f"{elapsed / count / points * 1e6:6.2f} us/point")
     print(f"request: {GPUS} GPUs x {families} dcgm families + 3 receiver gauges = {points} points, {len(raw)} bytes")

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import time
+import sys
+from pathlib import Path
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -20,6 +21,9 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2 as m
 
 from gputally.otlp.batch import Batch, Signal
 from gputally.processors.slurm import Backend, JobInfo, SlurmConfig, SlurmProcessor
+
+sys.path.insert(0, str(Path(__file__).parent))
+from timing import repeat_for  # noqa: E402
 
 GPUS, PROCESSES_PER_GPU, GPU_POINTS, PROCESS_POINTS = 8, 2, 30, 6
 
@@ -82,7 +86,7 @@ async def main(seconds: float) -> None:
         await proc.process(Batch.decode(Signal.METRICS, raw))
         await proc.settle()
 
-    def baseline() -> None:
+    async def baseline() -> None:
         batch = Batch.decode(Signal.METRICS, raw)
         batch.mutable()
         batch.serialize()
@@ -92,15 +96,8 @@ async def main(seconds: float) -> None:
         await proc.process(batch)
         batch.serialize()
 
-    for label, run in (("decode + re-encode only", None), ("decode + slurm + re-encode", attributed)):
-        count, started = 0, time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            if run is None:
-                baseline()
-            else:
-                await run()
-            count += 1
-        elapsed = time.perf_counter() - started
+    for label, run in (("decode + re-encode only", baseline), ("decode + slurm + re-encode", attributed)):
+        count, elapsed = await repeat_for(seconds, run)
         print(f"{label:28s} {count / elapsed:8.0f} requests/s  {count * points / elapsed:10.0f} points/s  "
               f"{elapsed / count / resources * 1e6:6.1f} us/resource")
     await proc.shutdown()
