@@ -37,29 +37,13 @@ def split_attributes(raw: bytes, tag: int) -> tuple[list[bytes], list[bytes]]:
         key = raw[i]
         i += 1
         if key & 0x80:  # a field number above 15: a multi-byte tag (never attributes)
-            key &= 0x7F
-            shift = 7
-            while True:
-                byte = raw[i]
-                i += 1
-                key |= (byte & 0x7F) << shift
-                shift += 7
-                if not byte & 0x80:
-                    break
+            key, i = _rest_of_varint(raw, i, key)
         wire_type = key & 7
         if wire_type == 2:
             length = raw[i]
             i += 1
             if length & 0x80:
-                length &= 0x7F
-                shift = 7
-                while True:
-                    byte = raw[i]
-                    i += 1
-                    length |= (byte & 0x7F) << shift
-                    shift += 7
-                    if not byte & 0x80:
-                        break
+                length, i = _rest_of_varint(raw, i, length)
             i += length
         elif wire_type == 1:
             i += 8
@@ -75,3 +59,16 @@ def split_attributes(raw: bytes, tag: int) -> tuple[list[bytes], list[bytes]]:
             raise IndexError("truncated field in a data point")
         (entries if key == tag else rest).append(raw[start:i])
     return rest, entries
+
+
+def _rest_of_varint(raw: bytes, i: int, first: int) -> tuple[int, int]:
+    """(the value, the index after it) of a varint whose ``first`` byte, read already, had the
+    continuation bit set; the one-byte case stays inline in the loop above."""
+    value, shift = first & 0x7F, 7
+    while True:
+        byte = raw[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, i
