@@ -8,11 +8,13 @@ from typing import Any
 
 import yaml
 
+from gputally.cli import build_parser
 from gputally.config.model import load_config
 from gputally.pipeline.service import Service
 from gputally.probes.delivery import create_exporter
 from gputally.probes.replay_source import ReplaySource
 from gputally.probes.runner import ProbeOptions, Runner
+from gputally.probes.vendor_cli import run
 from gputally.telemetry import SelfTelemetry
 from harness.processes import free_port
 from support.otlp import OtlpSink
@@ -48,6 +50,24 @@ def probe(
     )
     return Runner(collector(ReplaySource(recording())), options=options, exporter=exporter, exporter_id=exporter_id,
                   telemetry=telemetry, on_cycle=on_cycle)
+
+
+async def vendor_replay_through_serve(sink: OtlpSink, vendor: str, recording: Path) -> Any:
+    """``gputally probe <vendor> --replay recording --once`` into a real ``serve``: the one
+    metrics message the sink got (its snapshot logs have arrived too)."""
+    service = gateway(sink, "127.0.0.1:0")
+    await service.start()
+    try:
+        endpoint = service.receivers["otlp"].listening()["grpc"]
+        args = build_parser().parse_args(
+            ["probe", vendor, "--replay", str(recording), "--once", "--endpoint", endpoint, "--insecure",
+             "--node-name", "mi-1"])
+        assert await run(args, 10.0) == 0
+        await sink.wait_for(lambda: sink.messages() and sink.received[LOGS])
+    finally:
+        await service.shutdown()
+    (message,) = sink.messages()
+    return message
 
 
 def attributes(kvs: Any) -> dict[str, Any]:

@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-from gputally.cli import build_parser
-from gputally.probes.vendor_cli import run
 from support.otlp import OtlpSink
-from tests.probes.test_end_to_end import LOGS, attributes, gateway
+from tests.probes.test_end_to_end import LOGS, attributes, vendor_replay_through_serve
 from tests.probes_amd.helpers import GPU0, GPU1, TWO_GPUS
 
 
 async def test_one_amd_collection_reaches_the_backend_through_serve(otlp_sink: OtlpSink) -> None:
-    service = gateway(otlp_sink, "127.0.0.1:0")
-    await service.start()
-    try:
-        endpoint = service.receivers["otlp"].listening()["grpc"]
-        args = build_parser().parse_args(
-            ["probe", "amd", "--replay", str(TWO_GPUS), "--once", "--endpoint", endpoint, "--insecure", "--node-name", "mi-1"])
-        assert await run(args, 10.0) == 0
-        await otlp_sink.wait_for(lambda: otlp_sink.messages() and otlp_sink.received[LOGS])
-    finally:
-        await service.shutdown()
-    (message,) = otlp_sink.messages()
+    message = await vendor_replay_through_serve(otlp_sink, "amd", TWO_GPUS)
     resources = [attributes(rm.resource.attributes) for rm in message.resource_metrics]
     assert {rm.scope_metrics[0].scope.name for rm in message.resource_metrics} == {"gputally.probes.amd"}
     processes = {r["process.pid"]: r for r in resources if "process.pid" in r}
