@@ -70,6 +70,16 @@ async def vendor_replay_through_serve(sink: OtlpSink, vendor: str, recording: Pa
     return message
 
 
+def delivered_cycles(sink: OtlpSink) -> set[int]:
+    """The collection times of the GPU resources the sink got: one per delivered cycle."""
+    return {
+        rm.scope_metrics[0].metrics[0].gauge.data_points[0].time_unix_nano
+        for message in sink.messages()
+        for rm in message.resource_metrics
+        if "process.pid" not in attributes(rm.resource.attributes)
+    }
+
+
 def attributes(kvs: Any) -> dict[str, Any]:
     return {kv.key: getattr(kv.value, kv.value.WhichOneof("value")) for kv in kvs}
 
@@ -117,13 +127,7 @@ async def test_a_gateway_restart_loses_nothing(otlp_sink: OtlpSink) -> None:
         await otlp_sink.wait_for(lambda: len(otlp_sink.messages()) >= 6, timeout=20)
     finally:
         await service.shutdown()
-    delivered = {
-        rm.scope_metrics[0].metrics[0].gauge.data_points[0].time_unix_nano
-        for message in otlp_sink.messages()
-        for rm in message.resource_metrics
-        if "process.pid" not in attributes(rm.resource.attributes)
-    }
-    assert delivered == set(times)
+    assert delivered_cycles(otlp_sink) == set(times)
 
 
 async def test_over_otlp_http_too(otlp_sink: OtlpSink) -> None:
@@ -162,10 +166,4 @@ async def test_a_persistent_queue_keeps_collections_across_a_probe_restart(
         await otlp_sink.wait_for(lambda: len(otlp_sink.messages()) >= 4, timeout=20)
     finally:
         await service.shutdown()
-    delivered = {
-        rm.scope_metrics[0].metrics[0].gauge.data_points[0].time_unix_nano
-        for message in otlp_sink.messages()
-        for rm in message.resource_metrics
-        if "process.pid" not in attributes(rm.resource.attributes)
-    }
-    assert delivered == set(times)
+    assert delivered_cycles(otlp_sink) == set(times)
