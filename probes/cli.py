@@ -89,8 +89,6 @@ def _cmd_nvml(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace, interval: float) -> int:
     from gputally.probes.collector import Collector
-    from gputally.probes.runner import ProbeOptions, Runner
-    from gputally.telemetry import SelfTelemetry
 
     source: Any
     processes: Any
@@ -112,10 +110,22 @@ async def _run(args: argparse.Namespace, interval: float) -> int:
         from gputally.probes.record import RecordingSource
 
         source = processes = RecordingSource(source, processes, path=args.record)
-    node_name = args.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
     collector = Collector(
-        source, processes, node_name=node_name, budget_s=min(5.0, interval * 0.8), events=not args.once
+        source, processes, node_name=node_name_of(args), budget_s=min(5.0, interval * 0.8), events=not args.once
     )
+    return await run_collector(args, interval, collector, title=title, probe="nvml")
+
+
+def node_name_of(args: argparse.Namespace) -> str:
+    """``host.name`` on every resource: ``--node-name``, else $NODE_NAME, else the hostname."""
+    return str(args.node_name or os.environ.get("NODE_NAME") or socket.gethostname())
+
+
+async def run_collector(args: argparse.Namespace, interval: float, collector: Any, *, title: str, probe: str) -> int:
+    """Every probe's last step: its exporter from the common options, then the run loop."""
+    from gputally.probes.runner import ProbeOptions, Runner
+    from gputally.telemetry import SelfTelemetry
+
     telemetry = SelfTelemetry()
     exporter = None
     exporter_id = "otlp"
@@ -130,6 +140,6 @@ async def _run(args: argparse.Namespace, interval: float) -> int:
             queue_dir=args.queue_dir,
             telemetry=telemetry,
         )
-    options = ProbeOptions(interval_s=interval, once=args.once, debug=args.debug, title=title)
+    options = ProbeOptions(interval_s=interval, once=args.once, debug=args.debug, title=title, probe=probe)
     runner = Runner(collector, options=options, exporter=exporter, exporter_id=exporter_id, telemetry=telemetry)
     return await runner.run()

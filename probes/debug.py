@@ -61,10 +61,10 @@ def _process_lines(entity: Entity) -> Iterable[str]:
     yield from (_point(p) for p in entity.points)
 
 
-def render(cycle: Cycle, *, title: str = "") -> str:
+def render(cycle: Cycle, *, title: str = "", probe: str = "nvml") -> str:
     gpus = cycle.gpus()
     lines = [
-        f"gputally probe nvml{f' ({title})' if title else ''}: {len(gpus)} device(s), "
+        f"gputally probe {probe}{f' ({title})' if title else ''}: {len(gpus)} device(s), "
         f"{len(cycle.processes())} process(es), collected in {cycle.duration_s * 1000:.1f} ms"
     ]
     for gpu in gpus:

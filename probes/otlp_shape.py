@@ -69,15 +69,18 @@ def _attributes(target: Any, attributes: Iterable[tuple[str, Any]]) -> None:
         _set_value(kv.value, value)
 
 
-def _scope(target: Any) -> None:
-    target.scope.name = SCOPE_NAME
+def _scope(target: Any, name: str) -> None:
+    target.scope.name = name
     target.scope.version = SCOPE_VERSION
 
 
 class OtlpEncoder:
     """Builds the probe's export requests, reusing the encodings of recurring attribute sets."""
 
-    def __init__(self, *, max_cached: int = 4096) -> None:
+    def __init__(self, *, scope_name: str = SCOPE_NAME, max_cached: int = 4096) -> None:
+        """``scope_name``: the instrumentation scope, which names the probe
+        (``gputally.probes.nvml``, ``gputally.probes.amd``...)."""
+        self._scope_name = scope_name
         self._max_cached = max_cached
         self._resources: dict[tuple[tuple[str, AttrValue], ...], bytes] = {}
         self._point_attributes: dict[Attributes, bytes] = {}
@@ -114,7 +117,7 @@ class OtlpEncoder:
             resource_metrics = request.resource_metrics.add()
             resource_metrics.resource.MergeFromString(self._resource(entity.attributes))
             scope_metrics = resource_metrics.scope_metrics.add()
-            _scope(scope_metrics)
+            _scope(scope_metrics, self._scope_name)
             metrics: dict[str, Any] = {}
             for point in entity.points:
                 definition = point.metric
@@ -153,7 +156,7 @@ class OtlpEncoder:
                 resource_logs = request.resource_logs.add()
                 resource_logs.resource.MergeFromString(self._resource(entry.entity.attributes))
                 scope_logs = resource_logs.scope_logs.add()
-                _scope(scope_logs)
+                _scope(scope_logs, self._scope_name)
                 by_entity[entry.entity.key] = scope_logs
             record = scope_logs.log_records.add()
             record.time_unix_nano = entry.time_ns

@@ -46,6 +46,9 @@ class ProbeOptions:
     """With ``once``: how long to keep retrying delivery before giving up."""
     title: str = ""
     """Shown in the debug dump's first line (the source: ``live`` or the replay file)."""
+    probe: str = "nvml"
+    """Which probe this is (``nvml``, ``amd``, ``gaudi``): the debug dump's first line and the
+    instrumentation scope ``gputally.probes.<probe>``."""
 
 
 @dataclass
@@ -132,7 +135,7 @@ class Runner:
             cycle = await self._collect()
             self.cycles += 1
             if self._options.debug:
-                self._out.write(render(cycle, title=self._options.title))
+                self._out.write(render(cycle, title=self._options.title, probe=self._options.probe))
                 self._out.flush()
             if self._on_cycle is not None:
                 self._on_cycle(cycle)
@@ -168,7 +171,7 @@ class Runner:
         if self._encoder is None:
             from gputally.probes.otlp_shape import OtlpEncoder
 
-            self._encoder = OtlpEncoder()
+            self._encoder = OtlpEncoder(scope_name=f"gputally.probes.{self._options.probe}")
         batches = []
         if cycle.entities:
             batches.append(Batch(Signal.METRICS, message=self._encoder.metrics(cycle.entities, cycle.time_ns)))

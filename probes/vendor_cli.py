@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import socket
 import sys
 from typing import Any
 
-from gputally.probes.cli import add_probe_arguments, probe_interval
+from gputally.probes.cli import add_probe_arguments, node_name_of, probe_interval, run_collector
 
 __all__ = ["register"]
 
@@ -67,12 +65,8 @@ def _live(args: argparse.Namespace, budget: float) -> tuple[Any, Any]:
     return HlSmiSource(binary=args.hl_smi, timeout_s=max(0.5, budget * 0.9), sys_root=args.sys_root), processes
 
 
-async def run(args: argparse.Namespace, interval: float, *, out: Any = None) -> int:
-    from gputally.probes.runner import ProbeOptions, Runner
-    from gputally.probes.vendor_common import (
-        VendorCollector, VendorRecorder, VendorReplay, VendorUnavailable, renamed_output, scoped_encoder,
-    )
-    from gputally.telemetry import SelfTelemetry
+async def run(args: argparse.Namespace, interval: float) -> int:
+    from gputally.probes.vendor_common import VendorCollector, VendorRecorder, VendorReplay, VendorUnavailable
 
     vendor = args.vendor
     if vendor == "amd":
@@ -99,20 +93,5 @@ async def run(args: argparse.Namespace, interval: float, *, out: Any = None) -> 
     if args.record is not None:
         source = VendorRecorder(source, processes, path=args.record, fmt=FORMAT)
         processes = source
-    node_name = args.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
-    collector = VendorCollector(source, processes, mapper, node_name=node_name, vendor=vendor, budget_s=budget)
-    telemetry = SelfTelemetry()
-    exporter = None
-    exporter_id = "otlp"
-    if not args.debug or args.endpoint is not None:
-        from gputally.probes.delivery import create_exporter, parse_headers
-
-        exporter_id, exporter = create_exporter(
-            protocol=args.protocol, endpoint=args.endpoint, insecure=args.insecure,
-            headers=parse_headers(args.header), queue_dir=args.queue_dir, telemetry=telemetry,
-        )
-    options = ProbeOptions(interval_s=interval, once=args.once, debug=args.debug, title=title)
-    runner = Runner(collector, options=options, exporter=exporter, exporter_id=exporter_id, telemetry=telemetry,  # type: ignore[arg-type]
-                    out=renamed_output(out or sys.stdout, vendor))
-    runner._encoder = scoped_encoder(f"gputally.probes.{vendor}")  # noqa: SLF001 - the scope names the vendor
-    return await runner.run()
+    collector = VendorCollector(source, processes, mapper, node_name=node_name_of(args), vendor=vendor, budget_s=budget)
+    return await run_collector(args, interval, collector, title=title, probe=vendor)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 import logging
 import os
@@ -25,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, Protocol
 
 from gputally.errors import GputallyError
 from gputally.probes import catalog as m
@@ -44,8 +43,6 @@ __all__ = [
     "VendorReplay",
     "VendorUnavailable",
     "number",
-    "renamed_output",
-    "scoped_encoder",
 ]
 
 log = logging.getLogger(__name__)
@@ -322,40 +319,3 @@ class VendorCollector:
         with contextlib.suppress(Exception):
             await asyncio.get_running_loop().run_in_executor(self._pool, self._source.close)
         self._pool.shutdown(wait=False)
-
-
-def scoped_encoder(scope_name: str) -> Any:
-    """The NVIDIA probe's OTLP encoder with another instrumentation scope name
-    (``gputally.probes.amd``, ``gputally.probes.gaudi``)."""
-    from gputally.probes.otlp_shape import OtlpEncoder
-
-    class _Scoped(OtlpEncoder):
-        def metrics(self, entities: Any, time_ns: int) -> Any:
-            request = super().metrics(entities, time_ns)
-            for rm in request.resource_metrics:
-                for sm in rm.scope_metrics:
-                    sm.scope.name = scope_name
-            return request
-
-        def logs(self, entries: Any, observed_ns: int) -> Any:
-            request = super().logs(entries, observed_ns)
-            for rl in request.resource_logs:
-                for sl in rl.scope_logs:
-                    sl.scope.name = scope_name
-            return request
-
-    return _Scoped()
-
-
-class renamed_output(io.TextIOBase):  # noqa: N801 - used like a function
-    """Stdout for ``--debug`` whose dump header names the vendor's probe instead of nvml."""
-
-    def __init__(self, out: TextIO, probe: str) -> None:
-        self._out, self._probe = out, probe
-
-    def write(self, text: str) -> int:
-        self._out.write(text.replace("gputally probe nvml", f"gputally probe {self._probe}", 1))
-        return len(text)
-
-    def flush(self) -> None:
-        self._out.flush()

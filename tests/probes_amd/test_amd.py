@@ -13,7 +13,8 @@ import pytest
 
 from gputally.cli import main
 from gputally.probes.amd_probe import AmdsmiSource, load_amdsmi, map_amd, scan_fdinfo
-from gputally.probes.vendor_common import VendorRecorder, VendorReplay, VendorUnavailable, scoped_encoder
+from gputally.probes.otlp_shape import OtlpEncoder
+from gputally.probes.vendor_common import VendorRecorder, VendorReplay, VendorUnavailable
 from tests.probes_amd.helpers import DPX, GPU0, GPU1, TWO_GPUS, cycles, device, one, recording, values
 
 MIB = 1024 * 1024
@@ -315,8 +316,8 @@ async def test_record_writes_what_replays_the_same(tmp_path: Path) -> None:
 
 async def test_otlp_scope_names_the_amd_probe() -> None:
     (cycle,) = await cycles(recording())
-    request = scoped_encoder("gputally.probes.amd").metrics(cycle.entities, cycle.time_ns)
+    request = OtlpEncoder(scope_name="gputally.probes.amd").metrics(cycle.entities, cycle.time_ns)
     assert {sm.scope.name for rm in request.resource_metrics for sm in rm.scope_metrics} == {"gputally.probes.amd"}
-    logs = scoped_encoder("gputally.probes.amd").logs(cycle.logs, cycle.time_ns)
+    logs = OtlpEncoder(scope_name="gputally.probes.amd").logs(cycle.logs, cycle.time_ns)
     assert {r.event_name for rl in logs.resource_logs for sl in rl.scope_logs for r in sl.log_records} == {
         "gputally.gpu.snapshot"}
