@@ -46,6 +46,12 @@ def gpu(cycle: Cycle, index: int = 0) -> Entity:
     return entity
 
 
+def device(cycle: Cycle, hw_id: str) -> Entity:
+    """The GPU (or accelerator) ``hw_id`` of a cycle."""
+    (entity,) = [e for e in cycle.gpus() if e.attributes["hw.id"] == hw_id]
+    return entity
+
+
 def process(cycle: Cycle, pid: int) -> Entity:
     (entity,) = [e for e in cycle.processes() if e.attributes["process.pid"] == pid]
     return entity

@@ -10,6 +10,9 @@ from typing import Any
 from gputally.probes.amd_probe import map_amd
 from gputally.probes.model import Cycle, Entity
 from gputally.probes.vendor_common import VendorCollector, VendorReplay
+from tests.probes.helpers import device, values
+
+__all__ = ["DPX", "GPU0", "GPU1", "TWO_GPUS", "cycles", "device", "one", "recording", "values"]
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "amd"
 TWO_GPUS = FIXTURES / "mi300x-two-gpus.json"
@@ -30,15 +33,6 @@ async def cycles(rec: dict[str, Any], count: int = 1, **options: Any) -> list[Cy
         return [await probe.collect() for _ in range(count)]
     finally:
         await probe.close()
-
-
-def device(cycle: Cycle, hw_id: str) -> Entity:
-    (entity,) = [e for e in cycle.gpus() if e.attributes["hw.id"] == hw_id]
-    return entity
-
-
-def values(entity: Entity, name: str) -> dict[tuple[tuple[str, Any], ...], float | int]:
-    return {p.attributes: p.value for p in entity.points if p.metric.name == name}
 
 
 def one(entity: Entity, name: str, attributes: tuple[tuple[str, Any], ...] = ()) -> float | int:

@@ -13,8 +13,9 @@ import pytest
 
 from gputally.cli import main
 from gputally.probes.gaudi_probe import HlSmiSource, QUERY_FIELDS, map_gaudi, parse_csv, parse_processes, parse_rows
-from gputally.probes.model import Cycle, Entity
+from gputally.probes.model import Cycle
 from gputally.probes.vendor_common import VendorCollector, VendorReplay, VendorUnavailable
+from tests.probes.helpers import device, values
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gaudi" / "gaudi3-two-devices.json"
 ACCEL0 = "01P0-HL3090A0-18-U4V193-22-07-00"
@@ -32,15 +33,6 @@ async def cycles(source: Any, count: int = 1, processes: Any = None) -> list[Cyc
         return [await probe.collect() for _ in range(count)]
     finally:
         await probe.close()
-
-
-def device(cycle: Cycle, hw_id: str) -> Entity:
-    (entity,) = [e for e in cycle.gpus() if e.attributes["hw.id"] == hw_id]
-    return entity
-
-
-def values(entity: Entity, name: str) -> dict[tuple[tuple[str, Any], ...], float | int]:
-    return {p.attributes: p.value for p in entity.points if p.metric.name == name}
 
 
 async def test_hl_smi_query_maps_onto_the_nvidia_names_and_units() -> None:

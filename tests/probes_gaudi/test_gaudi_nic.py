@@ -16,7 +16,8 @@ from gputally.probes import catalog as m
 from gputally.probes import gaudi_nic
 from gputally.probes.gaudi_probe import HlSmiSource, map_gaudi
 from gputally.probes.vendor_common import VendorReplay
-from tests.probes_gaudi.test_gaudi import ACCEL0, ACCEL1, FIXTURE, FakeHlSmi, cycles, device, recording, values
+from tests.probes.helpers import device, values
+from tests.probes_gaudi.test_gaudi import ACCEL0, ACCEL1, FIXTURE, FakeHlSmi, cycles, recording
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 GAUDI_PCI = "devices/pci0000:b0/0000:b0:01.0/0000:b3:00.0"  # accel1 of the recording
