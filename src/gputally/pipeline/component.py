@@ -95,6 +95,13 @@ class Processor(Component):
         """Release held data (on the timer and at shutdown)."""
         return None
 
+    async def drain(self) -> Batch | None:
+        """Release everything at shutdown, called once before the last :meth:`flush` calls.
+
+        For processors whose timer releases data only when it is due (the ``usage``
+        processor's counters): this is the one call that says it is now or never."""
+        return await self.flush()
+
 
 class Exporter(Component):
     """Sends batches to a backend through its own bounded queue.

@@ -96,16 +96,19 @@ class Pipeline:
             await asyncio.sleep(interval)
             await self._flush_stage(index)
 
-    async def _flush_stage(self, index: int) -> None:
-        """Carry on everything the stage holds (a split request can leave several batches)."""
+    async def _flush_stage(self, index: int, *, final: bool = False) -> None:
+        """Carry on everything the stage holds (a split request can leave several batches);
+        ``final`` (at shutdown) asks the processor to drain first."""
         stage = self.stages[index]
-        while (held := await stage.processor.flush()) is not None:
+        held = await stage.processor.drain() if final else await stage.processor.flush()
+        while held is not None:
             stage.metrics.outgoing[self.signal].inc(held.items)
             try:
                 await self._run(held, index + 1)
             except Refused as exc:
                 # Nobody upstream can retry held data; the exporter has counted what it dropped.
                 log.debug("flushed data from %s refused downstream: %s", stage.id, exc)
+            held = await stage.processor.flush()
 
     async def shutdown(self) -> None:
         """Stop the timers, then push everything processors still hold down the pipeline."""
@@ -114,7 +117,7 @@ class Pipeline:
         await asyncio.gather(*self._flushers, return_exceptions=True)
         self._flushers.clear()
         for index in range(len(self.stages)):
-            await self._flush_stage(index)
+            await self._flush_stage(index, final=True)
 
 
 class FanOut:

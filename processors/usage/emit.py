@@ -1,0 +1,129 @@
+"""The ledger as OTLP: one resource per (owner, GPU) with the usage counters, one per GPU with
+its observed time, and the events as log records on the owner's resource.
+
+| metric | unit | type | what |
+|---|---|---|---|
+| ``gputally.usage.allocated.time`` | s | counter | time the GPU was allocated to the owner (1/N of it when N hold it) |
+| ``gputally.usage.busy.time`` | s | counter | utilization x time, the owner's share of it |
+| ``gputally.usage.idle.time`` | s | counter | allocated time with the owner's utilization below ``idle_below`` |
+| ``gputally.usage.energy`` | J | counter | the owner's share of the GPU's energy counter |
+| ``gputally.usage.cost`` | {cost} | counter | allocated hours x price + kWh x energy price (point attribute ``gputally.usage.currency``) |
+| ``gputally.usage.memory.peak`` | By | gauge | most GPU memory the owner's processes held on the GPU |
+| ``gputally.usage.observed.time`` | s | counter | per GPU: time integrated (the owners' allocated time adds up to it) |
+| ``gputally.usage.unobserved.time`` | s | counter | per GPU: gaps longer than ``max_gap``, not integrated |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.metrics.v1 import metrics_pb2
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+
+from gputally import __version__
+from gputally.otlp.values import set_any_value, set_attributes
+
+from .ledger import OWNER_ID, OWNER_KIND, Account, Device, Event, Ledger
+from .owners import Owner
+
+__all__ = ["OWNER_ID", "OWNER_KIND", "SCOPE", "logs_request", "metrics_request"]
+
+SCOPE = "gputally.processors.usage"
+CURRENCY = "gputally.usage.currency"
+_CUMULATIVE = metrics_pb2.AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
+_SEVERITY = {"INFO": 9, "WARN": 13}
+
+_COUNTERS: tuple[tuple[str, str, str, str], ...] = (
+    ("gputally.usage.allocated.time", "s", "allocated", "Time the GPU was allocated to the owner."),
+    ("gputally.usage.busy.time", "s", "busy", "The owner's share of the GPU's utilization x time."),
+    ("gputally.usage.idle.time", "s", "idle", "Allocated time with the owner's utilization below idle_below."),
+    ("gputally.usage.energy", "J", "energy", "The owner's share of the GPU's energy."),
+)
+
+
+def _resource(attributes: tuple[tuple[str, Any], ...]) -> bytes:
+    resource = Resource()
+    set_attributes(resource.attributes, attributes)
+    return bytes(resource.SerializeToString())
+
+
+def _sum(scope: Any, name: str, unit: str, description: str, start: int, now: int, value: float) -> Any:
+    metric = scope.metrics.add(name=name, unit=unit, description=description)
+    metric.sum.aggregation_temporality = _CUMULATIVE
+    metric.sum.is_monotonic = True
+    point = metric.sum.data_points.add(start_time_unix_nano=start, time_unix_nano=now, as_double=value)
+    return point
+
+
+def _scope(resource_metrics: Any) -> Any:
+    scope = resource_metrics.scope_metrics.add()
+    scope.scope.name, scope.scope.version = SCOPE, __version__
+    return scope
+
+
+def metrics_request(ledger: Ledger, now_ns: int) -> ExportMetricsServiceRequest:
+    """Every account's counters and every GPU's observed time, stamped ``now_ns``."""
+    request = ExportMetricsServiceRequest()
+    currency = ledger.config.currency
+    for hw_id in sorted(ledger.devices):
+        device = ledger.devices[hw_id]
+        if device.last_ns is None:
+            continue
+        rm = request.resource_metrics.add()
+        rm.resource.MergeFromString(_resource(ledger.resource_of(None, device)))
+        scope = _scope(rm)
+        _sum(scope, "gputally.usage.observed.time", "s", "Time integrated on this GPU.",
+             device.start_ns, now_ns, device.observed)
+        _sum(scope, "gputally.usage.unobserved.time", "s", "Gaps between samples longer than max_gap.",
+             device.start_ns, now_ns, device.unobserved)
+        for owner in sorted(device.accounts, key=lambda o: (o.kind, o.id)):
+            _account(request, ledger, owner, device, device.accounts[owner], now_ns, currency)
+    return request
+
+
+def _account(
+    request: ExportMetricsServiceRequest, ledger: Ledger, owner: Owner, device: Device, account: Account,
+    now_ns: int, currency: str,
+) -> None:
+    rm = request.resource_metrics.add()
+    rm.resource.MergeFromString(_resource(ledger.resource_of(owner, device)))
+    scope = _scope(rm)
+    start = account.start_ns
+    for name, unit, field, description in _COUNTERS:
+        _sum(scope, name, unit, description, start, now_ns, getattr(account, field))
+    point = _sum(scope, "gputally.usage.cost", "{cost}", "Allocated GPU-hours x price + kWh x energy price.",
+                 start, now_ns, ledger.cost(device, account))
+    set_attributes(point.attributes, [(CURRENCY, currency)])
+    peak = scope.metrics.add(name="gputally.usage.memory.peak", unit="By",
+                             description="Most GPU memory the owner's processes held on the GPU.")
+    peak.gauge.data_points.add(time_unix_nano=now_ns, as_double=account.peak_memory)
+
+
+def logs_request(events: Sequence[Event], observed_ns: int) -> ExportLogsServiceRequest:
+    """The events as log records, grouped under the (owner, GPU) resource they concern."""
+    request = ExportLogsServiceRequest()
+    scopes: dict[tuple[tuple[str, Any], ...], Any] = {}
+    for event in events:
+        key = event.resource
+        scope = scopes.get(key)
+        if scope is None:
+            rl = request.resource_logs.add()
+            rl.resource.MergeFromString(_resource(event.resource))
+            scope = scopes[key] = rl.scope_logs.add()
+            scope.scope.name, scope.scope.version = SCOPE, __version__
+        record = scope.log_records.add(
+            time_unix_nano=event.time_ns, observed_time_unix_nano=observed_ns,
+            severity_number=_SEVERITY[event.severity], severity_text=event.severity, event_name=event.name,
+        )
+        set_any_value(record.body, event.body)
+    return request
+
+
+def counter_names() -> Iterable[str]:
+    """Every metric name the processor emits (for docs and tests)."""
+    yield from (name for name, _, _, _ in _COUNTERS)
+    yield from ("gputally.usage.cost", "gputally.usage.memory.peak",
+                "gputally.usage.observed.time", "gputally.usage.unobserved.time")

@@ -1,0 +1,416 @@
+"""The accounting itself: GPU time, busy time, idle time, energy and peak memory per (owner, GPU).
+
+Pure bookkeeping, no I/O and no clock of its own: readings come in with their sample time,
+the caller says what time it is. Rules (the README's "Who pays" section says them for users):
+
+* Time is integrated between consecutive samples of one GPU, by their sample timestamps. A
+  sample is held for ``settle`` seconds (so a GPU's processes sent in another request, and
+  requests that arrive out of order, are in) and then integrated in time order. A sample no
+  newer than the last one integrated changes nothing: duplicates and late requests are
+  ignored (and counted). Samples further apart than ``max_gap`` are not integrated: that
+  time is unobserved.
+* Allocated time: each interval's length, split evenly among the GPU's allocation owners
+  (``unallocated`` when nobody holds it), so every GPU's owners add up to its observed time.
+* Busy time: utilization x interval, split by the processes' utilization shares (equally
+  among the owners of the processes present when none reports a share, equally among the
+  allocation owners when no process is known).
+* Energy: the GPU's counter delta (a decrease is a reset: the new value is the delta), split
+  like busy time while the GPU is busy, to the allocation owners while it is idle.
+* Idle time: allocated time during which the owner's utilization of its share was below
+  ``idle_below``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import UsageConfig
+from .observe import DeviceReading, ProcessReading, Sample
+from .owners import UNALLOCATED, Named, Owner, Value
+
+__all__ = ["OWNER_ID", "OWNER_KIND", "Account", "Device", "Event", "Ledger", "OwnerState"]
+
+OWNER_KIND = "gputally.usage.owner.kind"
+OWNER_ID = "gputally.usage.owner.id"
+
+_NS = 1e9
+_GIB = float(1 << 30)
+
+
+@dataclass(slots=True)
+class Account:
+    """One owner on one GPU: cumulative counters since ``start_ns``."""
+
+    start_ns: int
+    allocated: float = 0.0
+    busy: float = 0.0
+    idle: float = 0.0
+    energy: float = 0.0
+    present: float = 0.0
+    """Time the owner held the GPU or ran on it (the denominator of its mean utilization)."""
+    peak_memory: float = 0.0
+    idle_since: int | None = None
+    """Sample time the current idle spell began (None: not idle)."""
+    idle_kind: str = ""
+    warned: bool = False
+
+
+@dataclass(slots=True)
+class OwnerState:
+    attributes: dict[str, Value]
+    first_ns: int
+    last_ns: int
+    gpus: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class Device:
+    """One GPU (or MIG device): where integration stands and what it has counted."""
+
+    start_ns: int
+    attributes: tuple[tuple[str, Value], ...] = ()
+    last_ns: int | None = None
+    energy: float | None = None
+    limit: float | None = None
+    observed: float = 0.0
+    unobserved: float = 0.0
+    accounts: dict[Owner, Account] = field(default_factory=dict)
+    pending: dict[int, Sample] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An accounting event, sent as an OTLP log record on the owner's (and GPU's) resource."""
+
+    owner: Owner
+    hw_id: str | None
+    time_ns: int
+    severity: str
+    """``INFO`` or ``WARN``."""
+    name: str
+    body: dict[str, Any]
+    resource: tuple[tuple[str, Value], ...] = ()
+    """The owner's attributes (and its GPU's) when the event happened: the owner may be gone
+    by the time the event is sent."""
+
+
+class Ledger:
+    """Every GPU's integration state and every owner's counters."""
+
+    def __init__(self, config: UsageConfig, *, start_ns: int) -> None:
+        self.config = config
+        self.start_ns = start_ns
+        """When counters that have no start of their own begin (the service start)."""
+        self.devices: dict[str, Device] = {}
+        self.owners: dict[Owner, OwnerState] = {}
+        self.events: list[Event] = []
+        self.late = 0
+        """Samples ignored because their GPU was already integrated past them."""
+        self.incomplete = 0
+        """Samples dropped because their GPU's own reading never came."""
+        self.gaps = 0
+        self.evicted = 0
+        self.watermark = 0
+        """Newest sample time integrated on any GPU (ends owners not seen for ``end_after``)."""
+
+    # -- intake ----------------------------------------------------------------------------
+
+    def add(
+        self, hw_id: str, time_ns: int, device: DeviceReading | None, process_key: str,
+        process: ProcessReading | None, *, arrived: float,
+    ) -> None:
+        """Hold one reading until it is settled; a reading for integrated time is ignored."""
+        state = self.devices.get(hw_id)
+        if state is None:
+            state = self.devices[hw_id] = Device(start_ns=self.start_ns)
+        if state.last_ns is not None and time_ns <= state.last_ns:
+            self.late += 1
+            return
+        sample = state.pending.get(time_ns)
+        if sample is None:
+            sample = state.pending[time_ns] = Sample(arrived=arrived)
+        if device is not None:
+            sample.device = device
+        if process is not None:
+            sample.processes[process_key] = process
+
+    def settle(self, now: float, *, everything: bool = False) -> None:
+        """Integrate every held sample that arrived ``settle`` seconds ago (all with ``everything``)."""
+        limit = now - self.config.settle
+        for hw_id, state in self.devices.items():
+            if not state.pending:
+                continue
+            ready = sorted(t for t, s in state.pending.items() if everything or s.arrived <= limit)
+            for t in ready:
+                sample = state.pending.pop(t)
+                if sample.device is None:
+                    self.incomplete += 1
+                    continue
+                self._integrate(hw_id, state, t, sample)
+
+    # -- integration -----------------------------------------------------------------------
+
+    def _integrate(self, hw_id: str, state: Device, t: int, sample: Sample) -> None:
+        config = self.config
+        reading = sample.device
+        assert reading is not None
+        if reading.attributes:
+            state.attributes = reading.attributes
+        if reading.limit is not None:
+            state.limit = reading.limit
+        since = state.last_ns if state.last_ns is not None else t  # a counter begun now starts here
+        holders = [self._see(named, hw_id, t) for named in reading.allocation] or [UNALLOCATED]
+        by_owner: dict[Owner, list[float]] = {}  # owner -> [utilization sum, memory sum]
+        for process in sample.processes.values():
+            owner = self._see(process.owner, hw_id, t)
+            totals = by_owner.setdefault(owner, [0.0, 0.0])
+            totals[0] += process.utilization or 0.0
+            totals[1] += process.memory or 0.0
+        self._peaks(state, since, holders, by_owner, reading)
+        previous, state.last_ns = state.last_ns, t
+        self.watermark = max(self.watermark, t)
+        energy_before, state.energy = state.energy, reading.energy_j if reading.energy_j is not None else state.energy
+        if previous is None:
+            return
+        dt = (t - previous) / _NS
+        if dt > config.max_gap:
+            state.unobserved += dt
+            self.gaps += 1
+            self._close_spells(hw_id, state, t, keep=())
+            return
+        state.observed += dt
+        busy = max(0.0, min(1.0, reading.utilization or 0.0)) * dt
+        shares = _shares(busy, by_owner, holders)
+        energy = 0.0
+        if reading.energy_j is not None and energy_before is not None:
+            energy = reading.energy_j - energy_before
+            if energy < 0:  # the counter restarted (driver reload): it counts from zero again
+                energy = reading.energy_j
+        energy_shares = shares or {h: 1 / len(holders) for h in holders}
+        for owner, share in energy_shares.items():
+            self._account(state, owner, since).energy += energy * share
+        for owner, share in shares.items():
+            self._account(state, owner, since).busy += busy * share
+        per = dt / len(holders)
+        judged: list[Owner] = []
+        for holder in holders:
+            account = self._account(state, holder, since)
+            account.allocated += per
+            account.present += per
+            utilization = busy / dt if holder is UNALLOCATED else busy * shares.get(holder, 0.0) / per
+            idle = utilization < config.idle_below
+            if idle:
+                account.idle += per
+            if holder is not UNALLOCATED:
+                self._spell(hw_id, state, holder, account, previous, t, idle, "allocated")
+                judged.append(holder)
+        for owner, (_, memory) in by_owner.items():
+            if owner in holders:
+                continue
+            account = self._account(state, owner, since)
+            account.present += dt
+            if memory > 0:
+                idle = busy * shares.get(owner, 0.0) / dt < config.idle_below
+                self._spell(hw_id, state, owner, account, previous, t, idle, "holding")
+                judged.append(owner)
+        self._close_spells(hw_id, state, t, keep=judged)
+
+    def _peaks(
+        self, state: Device, since: int, holders: list[Owner], by_owner: dict[Owner, list[float]], reading: DeviceReading
+    ) -> None:
+        for owner, (_, memory) in by_owner.items():
+            account = self._account(state, owner, since)
+            account.peak_memory = max(account.peak_memory, memory)
+        if not by_owner and len(holders) == 1 and holders[0] is not UNALLOCATED and reading.memory is not None:
+            # No process list at all (dcgm-exporter): the GPU's memory is its one holder's.
+            account = self._account(state, holders[0], since)
+            account.peak_memory = max(account.peak_memory, reading.memory)
+
+    def _see(self, named: Named, hw_id: str, t: int) -> Owner:
+        owner, attributes = named
+        state = self.owners.get(owner)
+        if state is None:
+            if len(self.owners) >= self.config.max_owners:
+                self._evict_one()
+            state = self.owners[owner] = OwnerState(attributes=dict(attributes), first_ns=t, last_ns=t)
+        else:
+            if attributes:
+                state.attributes.update(attributes)
+            state.last_ns = max(state.last_ns, t)
+            state.first_ns = min(state.first_ns, t)
+        state.gpus.add(hw_id)
+        return owner
+
+    def _account(self, state: Device, owner: Owner, t: int) -> Account:
+        account = state.accounts.get(owner)
+        if account is None:
+            account = state.accounts[owner] = Account(start_ns=t)
+        return account
+
+    def _evict_one(self) -> None:
+        oldest = min(self.owners, key=lambda o: self.owners[o].last_ns)
+        self._drop(oldest)
+        self.evicted += 1
+
+    def _drop(self, owner: Owner) -> None:
+        state = self.owners.pop(owner)
+        for hw_id in state.gpus:
+            device = self.devices.get(hw_id)
+            if device is not None:
+                device.accounts.pop(owner, None)
+
+    # -- idle spells -----------------------------------------------------------------------
+
+    def _spell(
+        self, hw_id: str, state: Device, owner: Owner, account: Account, start: int, t: int, idle: bool, kind: str
+    ) -> None:
+        if idle:
+            if account.idle_since is None or account.idle_kind != kind:
+                if account.idle_since is not None:
+                    self._end_spell(hw_id, owner, account, t)
+                account.idle_since, account.idle_kind, account.warned = start, kind, False
+            elif not account.warned and (t - account.idle_since) / _NS >= self.config.idle_after:
+                account.warned = True
+                self.events.append(self._spell_event(hw_id, state, owner, account, t, "WARN", "gputally.usage.idle"))
+        elif account.idle_since is not None:
+            self._end_spell(hw_id, owner, account, t)
+
+    def _close_spells(self, hw_id: str, state: Device, t: int, *, keep: Iterable[Owner]) -> None:
+        kept = set(keep)
+        for owner, account in state.accounts.items():
+            if account.idle_since is not None and owner not in kept:
+                self._end_spell(hw_id, owner, account, t)
+
+    def _end_spell(self, hw_id: str, owner: Owner, account: Account, t: int) -> None:
+        if account.warned:
+            state = self.devices[hw_id]
+            self.events.append(self._spell_event(hw_id, state, owner, account, t, "INFO", "gputally.usage.idle.end"))
+        account.idle_since, account.idle_kind, account.warned = None, "", False
+
+    def _spell_event(
+        self, hw_id: str, state: Device, owner: Owner, account: Account, t: int, severity: str, name: str
+    ) -> Event:
+        assert account.idle_since is not None
+        minutes = (t - account.idle_since) / _NS / 60
+        gpu = dict(state.attributes).get("hw.model", hw_id)
+        if account.idle_kind == "allocated":
+            what = f"holds GPU {hw_id} ({gpu}) allocated and idle"
+        else:
+            what = f"holds {account.peak_memory / _GIB:.1f} GiB on GPU {hw_id} ({gpu}) without computing"
+        text = f"{owner} {what} for {minutes:.0f} min" + ("" if severity == "WARN" else "; it is busy or gone now")
+        return Event(owner, hw_id, t, severity, name, {
+            "message": text, "kind": account.idle_kind, "idle_since_unix_nano": account.idle_since,
+            "idle_seconds": round((t - account.idle_since) / _NS, 3),
+        }, self.resource_of(owner, state))
+
+    # -- ends ------------------------------------------------------------------------------
+
+    def end_owners(self) -> list[Owner]:
+        """Owners not seen for ``end_after`` (sample time): their summary events, then they go."""
+        cutoff = self.watermark - int(self.config.end_after * _NS)
+        ended = [o for o, s in self.owners.items() if s.last_ns < cutoff and o is not UNALLOCATED]
+        for owner in ended:
+            state = self.owners[owner]
+            for hw_id in sorted(state.gpus):
+                account = self.devices[hw_id].accounts.get(owner) if hw_id in self.devices else None
+                if account is not None and account.idle_since is not None:
+                    self._end_spell(hw_id, owner, account, state.last_ns)
+            self.events.append(self.summary(owner))
+            self._drop(owner)
+        retired = [h for h, d in self.devices.items() if d.last_ns is not None and d.last_ns < cutoff
+                   and not d.pending and all(o is UNALLOCATED for o in d.accounts)]
+        for hw_id in retired:  # a GPU gone from the fleet (or its node gone quiet): its counters stop
+            del self.devices[hw_id]
+        return ended
+
+    def accounts_of(self, owner: Owner) -> Iterator[tuple[str, Device, Account]]:
+        state = self.owners.get(owner)
+        for hw_id in sorted(state.gpus if state else ()):
+            device = self.devices.get(hw_id)
+            account = device.accounts.get(owner) if device else None
+            if device is not None and account is not None:
+                yield hw_id, device, account
+
+    def price(self, device: Device) -> float:
+        """The GPU-hour price of the device's model."""
+        from fnmatch import fnmatch
+
+        model = str(dict(device.attributes).get("hw.model", "")).lower()
+        for rule in self.config.prices:
+            if fnmatch(model, rule.model.lower()):
+                return rule.per_gpu_hour
+        return self.config.default_price_per_gpu_hour
+
+    def cost(self, device: Device, account: Account) -> float:
+        return account.allocated / 3600 * self.price(device) + account.energy / 3.6e6 * self.config.energy_price_per_kwh
+
+    def summary(self, owner: Owner) -> Event:
+        """The end-of-allocation summary of ``owner`` (jobstats-like, with notes)."""
+        state = self.owners[owner]
+        thresholds = self.config.summary
+        rows = list(self.accounts_of(owner))
+        allocated = sum(a.allocated for _, _, a in rows)
+        busy = sum(a.busy for _, _, a in rows)
+        present = sum(a.present for _, _, a in rows)
+        idle = sum(a.idle for _, _, a in rows)
+        energy = sum(a.energy for _, _, a in rows)
+        cost = sum(self.cost(d, a) for _, d, a in rows)
+        held = [(h, d, a) for h, d, a in rows if a.allocated > 0]
+        used = [a for _, _, a in held if a.busy / a.allocated >= thresholds.unused_below]
+        gpus = held or [(h, d, a) for h, d, a in rows if a.present > 0]
+        mean = busy / (allocated or present) if (allocated or present) else 0.0
+        peak_row = max(rows, key=lambda r: r[2].peak_memory, default=None)
+        notes: list[str] = []
+        if held and len(used) < len(held):
+            notes.append(f"used {len(used)} of {len(held)} allocated GPUs")
+        if gpus and mean < thresholds.low_utilization:
+            notes.append(f"mean utilization {mean * 100:.0f} % on {len(gpus)} GPU{'s' if len(gpus) != 1 else ''}")
+        if peak_row is not None and peak_row[1].limit and peak_row[2].peak_memory / peak_row[1].limit < thresholds.low_memory:
+            notes.append(f"peak memory {peak_row[2].peak_memory / _GIB:.0f} GiB of {peak_row[1].limit / _GIB:.0f} GiB")
+        body: dict[str, Any] = {
+            "message": f"{owner} ended: {len(gpus)} GPU(s), {allocated / 3600:.3f} GPU-h allocated, "
+                       f"{busy / 3600:.3f} busy, {energy / 3.6e6:.3f} kWh" + (f"; {'; '.join(notes)}" if notes else ""),
+            "gpus": len(gpus),
+            "wall_time_seconds": round((state.last_ns - state.first_ns) / _NS, 3),
+            "allocated_gpu_hours": allocated / 3600,
+            "busy_gpu_hours": busy / 3600,
+            "mean_utilization": mean,
+            "idle_share": idle / allocated if allocated else 0.0,
+            "peak_memory_bytes": int(peak_row[2].peak_memory) if peak_row else 0,
+            "energy_kwh": energy / 3.6e6,
+            "cost": cost,
+            "currency": self.config.currency,
+            "notes": notes,
+        }
+        return Event(owner, None, state.last_ns, "INFO", "gputally.usage.summary", body, self.resource_of(owner, None))
+
+    def resource_of(self, owner: Owner | None, device: Device | None) -> tuple[tuple[str, Value], ...]:
+        """The attributes of an (owner, GPU) resource: the owner's, its kind and id, the GPU's."""
+        attributes: dict[str, Value] = {}
+        if owner is not None:
+            state = self.owners.get(owner)
+            if state is not None:
+                attributes.update(state.attributes)
+            attributes[OWNER_KIND] = owner.kind
+            attributes[OWNER_ID] = owner.id
+        if device is not None:
+            attributes.update(device.attributes)
+        return tuple(sorted(attributes.items()))
+
+    def drain_events(self) -> list[Event]:
+        events, self.events = self.events, []
+        return events
+
+
+def _shares(busy: float, by_owner: dict[Owner, list[float]], holders: list[Owner]) -> dict[Owner, float]:
+    """Who did the GPU's busy time: by process utilization, else by process presence, else the holders."""
+    if busy <= 0:
+        return {}
+    weights = {owner: totals[0] for owner, totals in by_owner.items() if totals[0] > 0}
+    total = sum(weights.values())
+    if total > 0:
+        return {owner: weight / total for owner, weight in weights.items()}
+    owners = list(by_owner) or holders
+    return {owner: 1 / len(owners) for owner in owners}

@@ -1,0 +1,220 @@
+"""What a metrics request says about GPU usage: per GPU and sample time, its utilization,
+energy counter, memory and allocation, and each of its processes' owner, share and memory.
+
+The request is read through a *usage schema*: descriptors with OTLP's field numbers that
+declare only what accounting needs (each resource as bytes, metric names, number points);
+everything else is skipped by the C parser. What a resource's bytes imply (GPU or process,
+which owner) is decided once and cached by those bytes, since a GPU sends the same resource
+every cycle. The probes (``hw.*``, ``gputally.gpu.process.*``) and dcgm-exporter through the
+``dcgm`` processor (``DCGM_FI_*``) are read alike, so both give the same counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+
+from .owners import Named, OwnerRules, Value
+
+__all__ = ["DEVICE_KEYS", "DeviceReading", "Observer", "ProcessReading", "Sample"]
+
+DEVICE_KEYS = ("hw.id", "hw.model", "hw.parent", "host.name", "k8s.node.name", "gputally.gpu.index")
+"""GPU attributes copied onto its usage counters (where the GPU resource has them)."""
+
+_PACKAGE = "gputally.usage.view"
+_F = descriptor_pb2.FieldDescriptorProto
+_MIB = float(1 << 20)
+_DECISIONS_LIMIT = 16384
+
+
+def _request_class() -> Any:
+    fdp = descriptor_pb2.FileDescriptorProto(name="gputally_usage_view.proto", package=_PACKAGE, syntax="proto3")
+
+    def message(name: str, *fields: tuple[str, int, int, int, str | None]) -> Any:
+        proto = fdp.message_type.add(name=name)
+        for field_name, number, label, type_, type_name in fields:
+            entry = proto.field.add(name=field_name, number=number, label=label, type=type_)
+            if type_name:
+                entry.type_name = f".{_PACKAGE}.{type_name}"
+        return proto
+
+    one, many = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
+    # opentelemetry/proto/metrics/v1/metrics.proto: NumberDataPoint, Gauge/Sum, Metric, ScopeMetrics, ResourceMetrics.
+    point = message(
+        "Point",
+        ("attributes", 7, many, _F.TYPE_BYTES, None),
+        ("time_unix_nano", 3, one, _F.TYPE_FIXED64, None),
+        ("as_double", 4, one, _F.TYPE_DOUBLE, None),
+        ("as_int", 6, one, _F.TYPE_SFIXED64, None),
+    )
+    point.oneof_decl.add(name="value")
+    point.field[2].oneof_index = 0
+    point.field[3].oneof_index = 0
+    message("Data", ("data_points", 1, many, _F.TYPE_MESSAGE, "Point"))
+    message("Metric", ("name", 1, one, _F.TYPE_STRING, None), ("gauge", 5, one, _F.TYPE_MESSAGE, "Data"),
+            ("sum", 7, one, _F.TYPE_MESSAGE, "Data"))
+    message("Scope", ("metrics", 2, many, _F.TYPE_MESSAGE, "Metric"))
+    message("Entry", ("resource", 1, one, _F.TYPE_BYTES, None), ("scope_metrics", 2, many, _F.TYPE_MESSAGE, "Scope"))
+    message("Request", ("entries", 1, many, _F.TYPE_MESSAGE, "Entry"))
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.Request"))
+
+
+_REQUEST = _request_class()
+_GENERAL = KeyValue(key="hw.gpu.task", value=AnyValue(string_value="general")).SerializeToString()
+
+# metric name -> (role, scale, rank: lower wins when a GPU reports several sources of one role)
+_DEVICE_METRICS: dict[str, tuple[str, float, int]] = {
+    "hw.gpu.utilization": ("utilization", 1.0, 0),
+    "DCGM_FI_DEV_GPU_UTIL": ("utilization", 0.01, 1),
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("utilization", 1.0, 2),
+    "hw.energy": ("energy", 1.0, 0),
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("energy", 1e-3, 1),
+    "hw.gpu.memory.usage": ("memory", 1.0, 0),
+    "DCGM_FI_DEV_FB_USED": ("memory", _MIB, 1),
+    "hw.gpu.memory.limit": ("limit", 1.0, 0),
+    "DCGM_FI_DEV_FB_FREE": ("free", _MIB, 1),
+}
+_PROCESS_METRICS: dict[str, tuple[str, float, int]] = {
+    "gputally.gpu.process.utilization": ("utilization", 1.0, 0),
+    "gputally.gpu.process.memory.usage": ("memory", 1.0, 0),
+}
+_TASKED = frozenset({"hw.gpu.utilization", "gputally.gpu.process.utilization"})
+"""Metrics with one point per engine (``hw.gpu.task``): only the general (SM) one counts."""
+
+
+@dataclass(slots=True)
+class DeviceReading:
+    """What one GPU resource said at one sample time."""
+
+    utilization: float | None = None
+    energy_j: float | None = None
+    memory: float | None = None
+    limit: float | None = None
+    allocation: tuple[Named, ...] = ()
+    attributes: tuple[tuple[str, Value], ...] = ()
+
+
+@dataclass(slots=True)
+class ProcessReading:
+    owner: Named
+    utilization: float | None = None
+    memory: float | None = None
+
+
+@dataclass(slots=True)
+class Sample:
+    """One GPU at one sample time: its own reading and its processes' (from any request)."""
+
+    device: DeviceReading | None = None
+    processes: dict[str, ProcessReading] = field(default_factory=dict)
+    arrived: float = 0.0
+    """Monotonic time the first part of the sample arrived (for ``settle``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Decision:
+    hw_id: str
+    process: str | None
+    """``pid@creation`` for a process resource; None for a GPU."""
+    owner: Named | None
+    allocation: tuple[Named, ...]
+    attributes: tuple[tuple[str, Value], ...]
+
+
+def _value(any_value: AnyValue) -> Any:
+    kind = any_value.WhichOneof("value")
+    if kind == "array_value":
+        return tuple(_value(v) for v in any_value.array_value.values)
+    if kind in ("string_value", "int_value", "double_value", "bool_value"):
+        return getattr(any_value, kind)
+    return None
+
+
+class Observer:
+    """Turns requests into per-(GPU, sample time) readings. Holds only its decision cache."""
+
+    def __init__(self, rules: OwnerRules) -> None:
+        self._rules = rules
+        self._decisions: dict[bytes, _Decision | None] = {}
+
+    def observe(self, raw: bytes) -> Iterator[tuple[str, int, DeviceReading | None, str, ProcessReading | None]]:
+        """``(hw_id, time_ns, device reading, process key, process reading)`` for every GPU
+        or process resource with usage metrics, once per distinct point time."""
+        request = _REQUEST.FromString(raw)
+        for entry in request.entries:
+            decision = self._decide(entry.resource)
+            if decision is None:
+                continue
+            table = _PROCESS_METRICS if decision.process is not None else _DEVICE_METRICS
+            values: dict[int, dict[str, tuple[int, float]]] = {}
+            for scope in entry.scope_metrics:
+                for metric in scope.metrics:
+                    name = metric.name
+                    spec = table.get(name)
+                    if spec is None:
+                        continue
+                    role, scale, rank = spec
+                    data = metric.gauge if metric.HasField("gauge") else metric.sum
+                    tasked = name in _TASKED
+                    for point in data.data_points:
+                        if tasked and point.attributes and _GENERAL not in point.attributes:
+                            continue
+                        kind = point.WhichOneof("value")
+                        if kind is None:
+                            continue
+                        at = values.setdefault(point.time_unix_nano, {})
+                        held = at.get(role)
+                        if held is None or rank < held[0]:
+                            at[role] = (rank, float(getattr(point, kind)) * scale)
+            for time_ns, roles in values.items():
+                if decision.process is not None:
+                    yield decision.hw_id, time_ns, None, decision.process, ProcessReading(
+                        owner=decision.owner or ((), ()),  # type: ignore[arg-type]
+                        utilization=_get(roles, "utilization"),
+                        memory=_get(roles, "memory"),
+                    )
+                else:
+                    memory, limit, free = _get(roles, "memory"), _get(roles, "limit"), _get(roles, "free")
+                    if limit is None and memory is not None and free is not None:
+                        limit = memory + free
+                    yield decision.hw_id, time_ns, DeviceReading(
+                        utilization=_get(roles, "utilization"),
+                        energy_j=_get(roles, "energy"),
+                        memory=memory,
+                        limit=limit,
+                        allocation=decision.allocation,
+                        attributes=decision.attributes,
+                    ), "", None
+
+    def _decide(self, raw: bytes) -> _Decision | None:
+        try:
+            return self._decisions[raw]
+        except KeyError:
+            pass
+        attributes = {kv.key: _value(kv.value) for kv in Resource.FromString(raw).attributes}
+        decision: _Decision | None = None
+        hw_id = attributes.get("hw.id")
+        if isinstance(hw_id, str) and hw_id and attributes.get("hw.type", "gpu") == "gpu":
+            pid = attributes.get("process.pid")
+            if isinstance(pid, int):
+                process = f"{pid}@{attributes.get('process.creation.time', '')}"
+                decision = _Decision(hw_id, process, self._rules.process_owner(attributes), (), ())
+            else:
+                device = tuple((k, attributes[k]) for k in DEVICE_KEYS if isinstance(attributes.get(k), str | int))
+                decision = _Decision(hw_id, None, None, self._rules.allocation(attributes), device)
+        if len(self._decisions) >= _DECISIONS_LIMIT:
+            self._decisions.clear()
+        self._decisions[raw] = decision
+        return decision
+
+
+def _get(roles: dict[str, tuple[int, float]], role: str) -> float | None:
+    held = roles.get(role)
+    return held[1] if held is not None else None

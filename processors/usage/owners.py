@@ -1,0 +1,99 @@
+"""Who owns a GPU or a GPU process, named from the attributes ``k8s`` and ``slurm`` wrote.
+
+An owner is a (kind, id) pair: ``("slurm.job", "4242")``, ``("k8s.pod", "ml/trainer-0")``.
+Two kinds are reserved: ``unallocated`` owns the time of a GPU nobody holds (OpenCost's idle
+capacity) and ``unattributed`` the work of a process no rule names (a system daemon, a
+process whose pod the API never showed).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .config import OwnerRule
+
+__all__ = ["UNALLOCATED", "UNATTRIBUTED", "Owner", "OwnerRules", "Value"]
+
+Value = str | int | float | bool
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    kind: str
+    id: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id}"
+
+
+UNALLOCATED = Owner("unallocated", "unallocated")
+UNATTRIBUTED = Owner("unattributed", "unattributed")
+
+Named = tuple[Owner, tuple[tuple[str, Value], ...]]
+"""An owner and the attributes it was seen with (its key and carried attributes)."""
+
+
+class _Rule:
+    __slots__ = ("carry", "key", "kind", "list_key")
+
+    def __init__(self, rule: OwnerRule) -> None:
+        self.kind = rule.kind
+        self.key = tuple(rule.key)
+        self.list_key = rule.list_key
+        patterns = rule.carry
+        self.carry = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)) if patterns else None
+
+    def named(self, attributes: Mapping[str, Any]) -> Named | None:
+        values = [attributes.get(key) for key in self.key]
+        if any(v is None or v == "" or isinstance(v, tuple) for v in values):
+            return None
+        owner = Owner(self.kind, "/".join(str(v) for v in values))
+        carried = [(k, v) for k, v in attributes.items() if self.carry is not None and self.carry.match(k)
+                   and not isinstance(v, tuple)]
+        return owner, tuple(sorted([*zip(self.key, values, strict=True), *carried]))
+
+    def listed(self, attributes: Mapping[str, Any]) -> list[Named]:
+        if self.list_key is None:
+            return []
+        elements = attributes.get(self.list_key)
+        if not isinstance(elements, tuple):
+            return []
+        named: list[Named] = []
+        for element in elements:
+            if not isinstance(element, str):
+                continue
+            parts = element.split("/", len(self.key) - 1)
+            if len(parts) == len(self.key) and all(parts):
+                named.append((Owner(self.kind, element), tuple(sorted(zip(self.key, parts, strict=True)))))
+        return named
+
+
+class OwnerRules:
+    """The configured rules, applied to one resource's attributes (arrays as tuples)."""
+
+    def __init__(self, rules: Sequence[OwnerRule]) -> None:
+        self._rules = [_Rule(rule) for rule in rules]
+
+    def process_owner(self, attributes: Mapping[str, Any]) -> Named:
+        """The owner of a GPU process: the first rule that names it, else ``unattributed``."""
+        for rule in self._rules:
+            found = rule.named(attributes)
+            if found is not None:
+                return found
+        return UNATTRIBUTED, ()
+
+    def allocation(self, attributes: Mapping[str, Any]) -> tuple[Named, ...]:
+        """Every owner a GPU is allocated to (empty: nobody). Each rule may name one owner by
+        its key attributes or several through its array (a shared GPU); both are merged."""
+        found: dict[Owner, tuple[tuple[str, Value], ...]] = {}
+        for rule in self._rules:
+            single = rule.named(attributes)
+            if single is not None:
+                found[single[0]] = single[1]
+            for owner, attrs in rule.listed(attributes):
+                found.setdefault(owner, attrs)
+        return tuple(sorted(found.items(), key=lambda item: (item[0].kind, item[0].id)))

@@ -1,0 +1,224 @@
+"""The ``usage`` processor at run time: reads GPU data as it passes, sends counters and events.
+
+One :class:`UsageRuntime` (ledger, observer, state file) per processor ID and service, shared
+by the processor's instances in several pipelines, as the Collector's ``sharedcomponent``
+does: in a metrics pipeline the instance reads every batch (passing it on untouched) and
+sends the counters every ``emit_interval``; in a logs pipeline it passes logs through and
+sends the idle and summary events. Listing ``usage`` in a logs pipeline is how events are
+switched on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gputally.otlp.batch import Batch, Signal
+from gputally.pipeline.component import ComponentContext, Processor
+
+from .config import UsageConfig
+from .emit import logs_request, metrics_request
+from .ledger import Event, Ledger
+from .observe import Observer
+from .owners import OwnerRules
+from .storage import LedgerFile
+
+__all__ = ["UsageProcessor", "UsageRuntime", "create"]
+
+log = logging.getLogger(__name__)
+
+_NEEDLE = b"hw.id"
+"""Every GPU and GPU-process resource carries it; a request without these bytes has nothing to account."""
+_MAX_EVENTS = 10_000
+
+
+class UsageRuntime:
+    """The ledger of one processor ID, fed by the metrics instance, read by both instances."""
+
+    def __init__(
+        self,
+        config: UsageConfig,
+        *,
+        name: str,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.config = config
+        self.name = name
+        self.monotonic = monotonic
+        self.wall_ns = wall_ns
+        self.ledger = Ledger(config, start_ns=wall_ns())
+        self.observer = Observer(OwnerRules(config.owners))
+        self.file = LedgerFile(config.storage, name) if config.storage is not None else None
+        self.events: list[Event] = []
+        self.event_counts: Counter[str] = Counter()
+        self.events_dropped = 0
+        self.sends_events = False
+        """True when an instance runs in a logs pipeline; else events are counted and dropped."""
+        self._users = 0
+        self._last_emit = monotonic()
+
+    def acquire(self) -> None:
+        self._users += 1
+        if self._users == 1 and self.file is not None and self.file.load(self.ledger):
+            log.info("%s: usage counters restored from %s (%d GPUs, %d owners)",
+                     self.name, self.file.path, len(self.ledger.devices), len(self.ledger.owners))
+
+    def release(self) -> None:
+        self._users = max(0, self._users - 1)
+        if self._users == 0:
+            self.save()
+
+    def observe(self, raw: bytes) -> None:
+        now = self.monotonic()
+        ledger = self.ledger
+        for hw_id, time_ns, device, key, process in self.observer.observe(raw):
+            ledger.add(hw_id, time_ns, device, key, process, arrived=now)
+        ledger.settle(now)
+        self._collect_events()
+
+    def emit(self, *, final: bool = False) -> Batch | None:
+        """The counters, when ``emit_interval`` has passed since the last time (or ``final``)."""
+        now = self.monotonic()
+        if not final and now - self._last_emit < self.config.emit_interval:
+            self.ledger.settle(now)
+            self._collect_events()
+            return None
+        self._last_emit = now
+        self.ledger.settle(now, everything=final)
+        request = metrics_request(self.ledger, self.wall_ns())
+        self.ledger.end_owners()  # after the emit: an ended owner's last counters went out above
+        self._collect_events()
+        self.save()
+        if not request.resource_metrics:
+            return None
+        return Batch(Signal.METRICS, message=request)
+
+    def take_events(self) -> Batch | None:
+        events, self.events = self.events, []
+        if not events:
+            return None
+        return Batch(Signal.LOGS, message=logs_request(events, self.wall_ns()))
+
+    def save(self) -> None:
+        if self.file is None:
+            return
+        try:
+            self.file.save(self.ledger)
+        except OSError as exc:
+            log.error("%s: cannot save usage state to %s: %s", self.name, self.file.path, exc)
+
+    def _collect_events(self) -> None:
+        events = self.ledger.drain_events()
+        if not events:
+            return
+        self.event_counts.update(e.name for e in events)
+        if not self.sends_events:
+            self.events_dropped += len(events)
+            return
+        room = _MAX_EVENTS - len(self.events)
+        if room < len(events):
+            self.events_dropped += len(events) - max(room, 0)
+            events = events[: max(room, 0)]
+        self.events.extend(events)
+
+
+class UsageProcessor(Processor):
+    """Accounts GPU usage per owner from the data passing through; never changes that data."""
+
+    def __init__(self, runtime: UsageRuntime, *, signal: Signal) -> None:
+        self.runtime = runtime
+        self.signal = signal
+        self.flush_interval = max(0.2, min(runtime.config.emit_interval, runtime.config.settle or 1.0))
+        self._started = False
+
+    async def start(self) -> None:
+        if not self._started:
+            self._started = True
+            self.runtime.acquire()
+
+    async def shutdown(self) -> None:
+        if self._started:
+            self._started = False
+            self.runtime.release()
+
+    async def process(self, batch: Batch) -> Batch | None:
+        if self.signal is Signal.METRICS:
+            raw = batch.serialize()
+            if _NEEDLE in raw:
+                self.runtime.observe(raw)
+        return batch
+
+    async def flush(self) -> Batch | None:
+        if self.signal is Signal.METRICS:
+            return self.runtime.emit()
+        return self.runtime.take_events()
+
+    async def drain(self) -> Batch | None:
+        if self.signal is Signal.METRICS:
+            return self.runtime.emit(final=True)
+        return self.runtime.take_events()
+
+
+class UsageCollector(Collector):
+    """``gputally_usage_*`` self-metrics for every usage runtime of a service, read at scrape time."""
+
+    def __init__(self, runtimes: Mapping[str, UsageRuntime]) -> None:
+        self._runtimes = runtimes
+
+    def collect(self) -> Iterator[Metric]:
+        owners = GaugeMetricFamily("gputally_usage_owners", "Owners with counters.", labels=["processor"])
+        gpus = GaugeMetricFamily("gputally_usage_gpus", "GPUs being integrated.", labels=["processor"])
+        samples = CounterMetricFamily(
+            "gputally_usage_samples_ignored",
+            "Samples not integrated: late (their GPU was integrated past them, or duplicates), incomplete "
+            "(no GPU reading came), gap (further than max_gap from the one before).",
+            labels=["processor", "reason"],
+        )
+        evicted = CounterMetricFamily("gputally_usage_owners_evicted", "Owners dropped to stay within max_owners.",
+                                      labels=["processor"])
+        events = CounterMetricFamily("gputally_usage_events", "Events raised, by name.", labels=["processor", "event"])
+        dropped = CounterMetricFamily(
+            "gputally_usage_events_dropped", "Events not sent: no logs pipeline lists the processor, or the queue was full.",
+            labels=["processor"],
+        )
+        for name, runtime in sorted(self._runtimes.items()):
+            ledger = runtime.ledger
+            owners.add_metric([name], len(ledger.owners))
+            gpus.add_metric([name], len(ledger.devices))
+            for reason, count in (("late", ledger.late), ("incomplete", ledger.incomplete), ("gap", ledger.gaps)):
+                samples.add_metric([name, reason], count)
+            evicted.add_metric([name], ledger.evicted)
+            for event, count in sorted(runtime.event_counts.items()):
+                events.add_metric([name, event], count)
+            dropped.add_metric([name], runtime.events_dropped)
+        yield from (owners, gpus, samples, evicted, events, dropped)
+
+
+class _Share:
+    """The usage runtimes of one service, and their collector."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.runtimes: dict[str, UsageRuntime] = {}
+        registry.register(UsageCollector(self.runtimes))
+
+
+def create(config: UsageConfig, context: ComponentContext, signal: Signal) -> UsageProcessor:
+    """Factory hook: one instance per pipeline (metrics: accounting; logs: events), one runtime per ID."""
+    if signal is Signal.TRACES:
+        raise ValueError("the usage processor goes in metrics pipelines (and logs pipelines, for its events)")
+    share = context.shared.get(__name__)
+    if share is None:
+        share = context.shared[__name__] = _Share(context.telemetry.registry)
+    runtime = share.runtimes.get(context.id)
+    if runtime is None or runtime.config != config:
+        runtime = share.runtimes[context.id] = UsageRuntime(config, name=context.id)
+    if signal is Signal.LOGS:
+        runtime.sends_events = True
+    return UsageProcessor(runtime, signal=signal)
