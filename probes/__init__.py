@@ -7,6 +7,8 @@ NVIDIA (``gputally probe nvml``), in layers::
         -> collector   one cycle: NVML initialised once, GPUs read concurrently in worker threads
         -> entities    readings -> entities with points and log entries, through the pure mapping
                        modules device_metrics, process_metrics, gpm, events (catalog names them)
+        -> allocations the kubelet's PodResources on the node: each GPU's and MIG device's holders
+                       (``gputally.k8s.podresources.holders``), for every vendor's probe
         -> otlp_shape  entities -> OTLP requests (one Resource per GPU, MIG device, GPU process)
         -> runner      the interval loop: debug print and/or the server's exporter (queue, retry)
 

@@ -64,6 +64,19 @@ def add_probe_arguments(parser: argparse.ArgumentParser, *, source: str) -> None
     )
     parser.add_argument("--queue-dir", type=Path, metavar="DIR", help="keep the sending queue on disk here")
     parser.add_argument("--node-name", help="host.name on every resource (default: $NODE_NAME, else the hostname)")
+    parser.add_argument(
+        "--pod-resources", metavar="SOCKET",
+        help="the kubelet's PodResources socket: each GPU then carries the pods it is allocated to "
+             "(gputally.k8s.podresources.holders); 'off' never asks (default: the kubelet's socket, if it exists)",
+    )
+    parser.add_argument(
+        "--no-pod-resources", dest="pod_resources", action="store_const", const="off",
+        help="the same as --pod-resources off",
+    )
+    parser.add_argument(
+        "--pod-resources-refresh", default="10s", metavar="DURATION",
+        help="least time between two PodResources calls (default 10s)",
+    )
     parser.add_argument("--log-level", choices=("debug", "info", "warn", "error"), default="info")
 
 
@@ -123,9 +136,11 @@ def node_name_of(args: argparse.Namespace) -> str:
 
 async def run_collector(args: argparse.Namespace, interval: float, collector: Any, *, title: str, probe: str) -> int:
     """Every probe's last step: its exporter from the common options, then the run loop."""
+    from gputally.probes.allocations import from_options
     from gputally.probes.runner import ProbeOptions, Runner
     from gputally.telemetry import SelfTelemetry
 
+    allocations = from_options(args.pod_resources, args.pod_resources_refresh)
     telemetry = SelfTelemetry()
     exporter = None
     exporter_id = "otlp"
@@ -141,5 +156,6 @@ async def run_collector(args: argparse.Namespace, interval: float, collector: An
             telemetry=telemetry,
         )
     options = ProbeOptions(interval_s=interval, once=args.once, debug=args.debug, title=title, probe=probe)
-    runner = Runner(collector, options=options, exporter=exporter, exporter_id=exporter_id, telemetry=telemetry)
+    runner = Runner(collector, options=options, exporter=exporter, exporter_id=exporter_id, telemetry=telemetry,
+                    allocations=allocations)
     return await runner.run()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gputally.probes.model import Cycle, Entity, Point
+from gputally.probes.model import AttrValue, Cycle, Entity, Point
 
 __all__ = ["render"]
 
@@ -29,12 +29,18 @@ def _point(point: Point) -> str:
     return f"    {name:<62} {_number(point.value, point.metric.unit)}"
 
 
+def _text(value: AttrValue) -> str:
+    if isinstance(value, tuple):  # an array: [a, b], and [] for an empty one (which says something)
+        return f"[{', '.join(value)}]"
+    return str(value)
+
+
 def _gpu_lines(entity: Entity) -> Iterable[str]:
     a = entity.attributes
     title = "MIG device" if entity.kind == "mig" else "GPU"
     yield f"{title} {entity.label}"
     for key in sorted(a):
-        yield f"  {key} = {a[key]}"
+        yield f"  {key} = {_text(a[key])}"
     yield "  metrics:"
     yield from (_point(p) for p in entity.points)
 

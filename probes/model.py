@@ -13,7 +13,8 @@ from typing import Any
 
 __all__ = ["Cycle", "Entity", "Kind", "LogEntry", "MetricDef", "Point", "Severity"]
 
-AttrValue = str | int | float | bool
+AttrValue = str | int | float | bool | tuple[str, ...]
+"""A tuple is an array of strings (the PodResources holders hint); OTLP encodes it as an array."""
 Attributes = tuple[tuple[str, AttrValue], ...]
 
 

@@ -27,6 +27,7 @@ from gputally.probes.model import Cycle
 from gputally.telemetry import SelfTelemetry
 
 if TYPE_CHECKING:
+    from gputally.probes.allocations import PodAllocations
     from gputally.probes.otlp_shape import OtlpEncoder
 
 __all__ = ["ProbeOptions", "Runner"]
@@ -90,8 +91,12 @@ class Runner:
         telemetry: SelfTelemetry | None = None,
         out: TextIO | None = None,
         on_cycle: Callable[[Cycle], None] | None = None,
+        allocations: PodAllocations | None = None,
     ) -> None:
+        """``allocations``: the kubelet's PodResources on this node; each cycle's GPUs then carry
+        their holders (asked beside the collection, before the debug print and the export)."""
         self._collector = collector
+        self._allocations = allocations
         self._options = options
         self._exporter = exporter
         self._out = out or sys.stdout
@@ -124,6 +129,8 @@ class Runner:
             for signum in installed:
                 loop.remove_signal_handler(signum)
             await self._collector.close()
+            if self._allocations is not None:
+                await self._allocations.close()
             if self._exporter is not None:
                 code = max(code, await self._finish_delivery())
         return code
@@ -155,7 +162,11 @@ class Runner:
     async def _collect(self) -> Cycle:
         """One collection; a bug in it is logged (once per spell) and the loop goes on."""
         try:
-            cycle = await self._collector.collect()
+            if self._allocations is None:
+                cycle = await self._collector.collect()
+            else:
+                cycle, _ = await asyncio.gather(self._collector.collect(), self._allocations.refresh())
+                self._allocations.decorate(cycle.entities)
         except Exception:
             if not self._failing:
                 log.exception("a collection failed; trying again next cycle")

@@ -179,7 +179,9 @@ class AttributeBuilder:
         attributes: list[tuple[str, Value]] = [(semconv.PODS, names)]
         if len(namespaces) == 1:
             attributes.append((semconv.NAMESPACE_NAME, next(iter(namespaces))))
-        attributes.extend(self._node_attributes(self.node_name or ""))
+        # Node mode: this node. Gateway mode: the node of the pods (a device's pods share its node).
+        node = self.node_name or next((p.node for p in pods if p is not None and p.node), "")
+        attributes.extend(self._node_attributes(node))
         attributes.append((semconv.ATTRIBUTION, "podresources"))
         encoded = Encoded.of(attributes)
         if len(self._shared) >= self._max:

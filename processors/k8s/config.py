@@ -5,8 +5,10 @@ Two deployment shapes (``mode``):
 * ``node``: gputally runs on the GPU node (DaemonSet or sidecar). It watches only the pods
   bound to its node, reads the kubelet's PodResources socket for device allocations, and may
   read ``/proc`` for processes the probe sent without a cgroup hint.
-* ``gateway``: one gputally for the cluster. It watches every pod; device allocations are
-  node-local, so device resources are attributed only by a node-mode gputally in front.
+* ``gateway``: one gputally for the cluster. It watches every pod. Device allocations are
+  node-local: the node probes read PodResources and send each GPU's holders as a hint
+  (``gputally.k8s.podresources.holders``, see probes/allocations.py), which gateway mode
+  turns into the same attribution node mode gives.
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ class PodResourcesConfig(Strict):
     """``pod_resources``: device allocations from the kubelet's PodResources API (v1 ``List``)."""
 
     enabled: bool | None = None
-    """Read allocations at all. Default: on in ``node`` mode, off in ``gateway`` mode (the socket is node-local)."""
+    """Read allocations at all. Default: on in ``node`` mode, off in ``gateway`` mode (the socket is
+    node-local; there the probes' holders hints are used). Where this socket is read, it wins over
+    a hint on the same resource."""
     socket: Path = DEFAULT_SOCKET
     """The kubelet's socket. Mount its directory, not the file, so a kubelet restart (which
     replaces the socket) is survived."""

@@ -110,6 +110,19 @@ class Holder:
     container: str
     resource: str
 
+    def hint(self) -> str:
+        """``namespace/pod/container/resource``: one entry of the probe's holders hint
+        (``gputally.k8s.podresources.holders``). The resource name may hold '/' and comes last."""
+        return f"{self.namespace}/{self.pod}/{self.container}/{self.resource}"
+
+    @classmethod
+    def from_hint(cls, text: str) -> Holder | None:
+        """The holder an entry of the hint names; None for an entry that is not four non-empty parts."""
+        parts = text.split("/", 3)
+        if len(parts) != 4 or not all(parts):
+            return None
+        return cls(*parts)
+
 
 class DeviceMap:
     """Device key -> the containers holding it, from one PodResources ``List`` answer."""

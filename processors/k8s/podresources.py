@@ -61,12 +61,12 @@ class PodResourcesClient:
                 await self.refresh()
                 await asyncio.sleep(self._refresh)
         finally:
-            await self._close()
+            await self.close()
 
     async def refresh(self) -> bool:
         """One ``List``; True when it succeeded."""
         if not self.socket.exists():  # say "missing" rather than gRPC's connect error
-            await self._close()
+            await self.close()
             self._problem("missing", f"pod-resources socket {self.socket} missing")
             return False
         try:
@@ -82,7 +82,7 @@ class PodResourcesClient:
                 )
             response = await self._list(api_pb2.ListPodResourcesRequest(), timeout=self._timeout, wait_for_ready=False)
         except grpc.aio.AioRpcError as exc:
-            await self._close()
+            await self.close()
             code = exc.code()
             self._problem(code.name.lower(), f"pod-resources List on {self.socket} failed: {code.name} {exc.details()}")
             return False
@@ -100,7 +100,8 @@ class PodResourcesClient:
         keeping = "devices attributed from the last list" if self.devices is not None else "devices not attributed"
         self._problems.report("podresources", cause, f"{what}; {keeping}")
 
-    async def _close(self) -> None:
+    async def close(self) -> None:
+        """Close the channel (a later :meth:`refresh` opens a new one)."""
         channel, self._channel, self._list = self._channel, None, None
         if channel is not None:
             await channel.close()

@@ -9,7 +9,11 @@ resource costs one lookup and one append to its encoding whatever its number of 
   allocation is never used: a Slurm job on a GPU a pod holds is still not that pod's.
 * A device resource (``hw.id`` without ``process.pid``) is attributed through PodResources:
   the pod(s) the kubelet allocated it to, including when it runs nothing (the idle GPU
-  someone pays for). Several pods sharing a GPU are all listed, never one picked.
+  someone pays for). Several pods sharing a GPU are all listed, never one picked. In node
+  mode the processor asks the kubelet itself; otherwise (gateway mode) it reads what the
+  probe asked the kubelet on the node, the ``gputally.k8s.podresources.holders`` hint. Both
+  give their holders to one resolution (:func:`_by_holders`), so both shapes attribute alike;
+  where both exist, the processor's own socket wins (its answer is the fresher).
 
 What a resource's own bytes imply (which hints it has, what they parse to) is decided once
 and cached by those bytes (the same GPU sends the same resource every cycle), and so is the
@@ -34,7 +38,7 @@ from gputally.processors.cgroup import CgroupInfo, parse_cgroup
 from . import semconv
 from .attributes import Encoded
 from .config import K8sConfig
-from .devices import device_key, resource_keys
+from .devices import Holder, device_key, resource_keys
 from .metrics import K8sCollector
 from .procfs import PENDING
 from .runtime import K8sRuntime
@@ -45,7 +49,7 @@ __all__ = ["K8sProcessor", "create"]
 _READ = frozenset({
     semconv.HW_ID, semconv.HW_NAME, semconv.HW_PARENT, *semconv.GPU_INDEX, *semconv.GPU_PCI_BUS_ID,
     semconv.MIG_GPU_INSTANCE, semconv.MIG_COMPUTE_INSTANCE,
-    semconv.PROCESS_PID, semconv.PROCESS_CGROUP, semconv.PROCESS_START,
+    semconv.PROCESS_PID, semconv.PROCESS_CGROUP, semconv.PROCESS_START, semconv.PODRESOURCES_HOLDERS,
 })
 _DECISIONS_LIMIT = 16384
 
@@ -139,8 +143,33 @@ class _Pid(_Decision):
         return runtime.builder.none, "none"
 
 
+def _by_holders(runtime: K8sRuntime, holders: tuple[Holder, ...]) -> Outcome:
+    """A device's attribution from the containers holding it (sorted, no duplicates): the one
+    code path of node mode (its own PodResources answer) and gateway mode (the probe's hint)."""
+    if not holders:
+        return runtime.builder.none, "none"
+    store = runtime.store
+    pods = sorted({(h.namespace, h.pod) for h in holders})
+    if len(pods) == 1:
+        namespace, name = pods[0]
+        containers = {h.container for h in holders}
+        container = next(iter(containers)) if len(containers) == 1 else None
+        pod = store.by_name(namespace, name) if store.synced else None
+        if pod is not None:
+            encoded = runtime.builder.pod(
+                pod, container=container, container_id=pod.container_id(container), source="podresources"
+            )
+        else:
+            encoded = runtime.builder.identity(
+                source="podresources", namespace=namespace, pod_name=name, container=container
+            )
+        return encoded, "podresources"
+    entries = tuple(store.by_name(ns, n) if store.synced else None for ns, n in pods)
+    return runtime.builder.shared(holders, entries), "podresources"
+
+
 class _Device(_Decision):
-    """A GPU or MIG device: the pods PodResources says it is allocated to."""
+    """A GPU or MIG device, in node mode: the pods the kubelet's PodResources says it is allocated to."""
 
     __slots__ = ("keys", "own")
 
@@ -158,31 +187,39 @@ class _Device(_Decision):
         children = runtime.mig_children.get(self.own)
         if children:
             keys = (*keys, *children)
-        holders = devices.holders(keys)
-        if not holders:
-            return runtime.builder.none, "none"
-        store = runtime.store
-        pods = sorted({(h.namespace, h.pod) for h in holders})
-        if len(pods) == 1:
-            namespace, name = pods[0]
-            containers = {h.container for h in holders}
-            container = next(iter(containers)) if len(containers) == 1 else None
-            pod = store.by_name(namespace, name) if store.synced else None
-            if pod is not None:
-                encoded = runtime.builder.pod(
-                    pod, container=container, container_id=pod.container_id(container), source="podresources"
-                )
-            else:
-                encoded = runtime.builder.identity(
-                    source="podresources", namespace=namespace, pod_name=name, container=container
-                )
-            return encoded, "podresources"
-        entries = tuple(store.by_name(ns, n) if store.synced else None for ns, n in pods)
-        return runtime.builder.shared(holders, entries), "podresources"
+        return _by_holders(runtime, devices.holders(keys))
+
+
+class _Hinted(_Decision):
+    """A GPU or MIG device whose probe read PodResources on the node (gateway mode): its holders hint.
+
+    The probe already added a MIG parent's tenants to the parent's hint."""
+
+    __slots__ = ("holders",)
+
+    def __init__(self, existing: frozenset[str], holders: tuple[Holder, ...]) -> None:
+        super().__init__(existing)
+        self.holders = holders
+
+    def resolve(self, runtime: K8sRuntime) -> Outcome:
+        return _by_holders(runtime, self.holders)
+
+
+def _hinted_holders(hint: tuple[str, ...]) -> tuple[Holder, ...] | None:
+    """The holders a hint names, sorted; None when it has entries and none of them parse."""
+    holders = {h for entry in hint if (h := Holder.from_hint(entry)) is not None}
+    if hint and not holders:
+        return None
+    return tuple(sorted(holders))
 
 
 def _value(any_value: Any) -> Any:
     kind = any_value.WhichOneof("value")
+    if kind == "array_value":  # the holders hint: an array of strings
+        values = any_value.array_value.values
+        if all(v.WhichOneof("value") == "string_value" for v in values):
+            return tuple(v.string_value for v in values)
+        return None
     return getattr(any_value, kind) if kind in ("string_value", "int_value") else None
 
 
@@ -275,12 +312,21 @@ class K8sProcessor(Processor):
                 start = hints.get(semconv.PROCESS_START)
                 return _Pid(held, pid, start if isinstance(start, str) and start else None)
             return _NoOwner(held)
-        if isinstance(hints.get(semconv.HW_ID), str) and runtime.podresources is not None:
+        if not isinstance(hints.get(semconv.HW_ID), str):
+            return _Skip(held)
+        if runtime.podresources is not None:  # node mode's own socket, preferred to the probe's hint
             keys = resource_keys(hints)
             parent = hints.get(semconv.HW_PARENT)
-            if isinstance(parent, str) and parent and keys:
-                runtime.learn_mig(device_key(parent), keys[0])
+            if isinstance(parent, str) and parent:
+                parent_key = device_key(parent)
+                for key in keys:  # the MIG device's uuid, and its legacy MIG-GPU-<uuid>/<gi>/<ci> form
+                    runtime.learn_mig(parent_key, key)
             return _Device(held, keys)
+        hint = hints.get(semconv.PODRESOURCES_HOLDERS)
+        if isinstance(hint, tuple):
+            holders = _hinted_holders(hint)
+            if holders is not None:
+                return _Hinted(held, holders)
         return _Skip(held)
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "OWNER_KIND",
     "OWNER_NAME",
     "PODS",
+    "PODRESOURCES_HOLDERS",
     "POD_ANNOTATION_PREFIX",
     "POD_LABEL_PREFIX",
     "POD_NAME",
@@ -49,6 +50,10 @@ PROCESS_CGROUP = "process.linux.cgroup"
 """The text of ``/proc/PID/cgroup`` as the probe read it."""
 PROCESS_START = "process.creation.time"
 """ISO 8601 start time: with the pid, identifies a process even after its pid is reused."""
+PODRESOURCES_HOLDERS = "gputally.k8s.podresources.holders"
+"""On a GPU or MIG device: what the kubelet's PodResources API said on the node (the probe
+read it, see probes/allocations.py), a sorted array of ``namespace/pod/container/resource``.
+Empty: the kubelet was asked and nobody holds the device; absent: nothing is known."""
 
 # --- written -------------------------------------------------------------------------
 POD_NAME = "k8s.pod.name"

@@ -9,7 +9,7 @@ from typing import Any
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 
 from gputally.otlp.batch import Batch, Signal
 from gputally.pipeline.component import ComponentContext
@@ -66,6 +66,8 @@ def kv(key: str, value: Any) -> KeyValue:
         return KeyValue(key=key, value=AnyValue(bool_value=value))
     if isinstance(value, int):
         return KeyValue(key=key, value=AnyValue(int_value=value))
+    if isinstance(value, list | tuple):  # an array of strings (the probe's holders hint)
+        return KeyValue(key=key, value=AnyValue(array_value=ArrayValue(values=[AnyValue(string_value=v) for v in value])))
     return KeyValue(key=key, value=AnyValue(string_value=value))
 
 

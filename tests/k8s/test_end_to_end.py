@@ -32,7 +32,7 @@ from gputally.processors.k8s.processor import K8sProcessor
 
 from .helpers import CONTAINER, GPU, H200, POD_UID, attrs
 from .test_kube_api import eventually
-from .test_podresources import Kubelet, serve
+from .kubelet import Kubelet, serve
 
 METRICS_EXPORT = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
 

@@ -6,46 +6,17 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
-import grpc
 import pytest
 
 from gputally.processors.k8s.devices import Holder, ResourceMatcher
 from gputally.processors.k8s.health import Problems
 from gputally.processors.k8s.podresources import PodResourcesClient
-from gputally.proto.podresources.v1 import api_pb2, api_pb2_grpc
+from gputally.proto.podresources.v1 import api_pb2
 
 from .helpers import GPU, gpu_resource, k8s_only, make, metrics_batch, resource_attrs
+from .kubelet import Kubelet, serve
 
 MIG = "MIG-aaaaaaaa-1111-5111-8111-000000000001"
-
-
-class Kubelet(api_pb2_grpc.PodResourcesListerServicer):
-    """The kubelet's side of PodResources: answers List with whatever the test set."""
-
-    def __init__(self) -> None:
-        self.response = api_pb2.ListPodResourcesResponse()
-        self.calls = 0
-
-    async def List(  # noqa: N802 - the gRPC method's name
-        self, request: api_pb2.ListPodResourcesRequest, context: grpc.aio.ServicerContext
-    ) -> api_pb2.ListPodResourcesResponse:
-        self.calls += 1
-        return self.response
-
-    def allocate(self, namespace: str, pod: str, container: str, resource: str, *device_ids: str) -> None:
-        entry = next((p for p in self.response.pod_resources if (p.namespace, p.name) == (namespace, pod)), None)
-        if entry is None:
-            entry = self.response.pod_resources.add(name=pod, namespace=namespace)
-        ctr = next((c for c in entry.containers if c.name == container), None) or entry.containers.add(name=container)
-        ctr.devices.add(resource_name=resource, device_ids=list(device_ids))
-
-
-async def serve(socket: Path, kubelet: Kubelet) -> grpc.aio.Server:
-    server = grpc.aio.server()
-    api_pb2_grpc.add_PodResourcesListerServicer_to_server(kubelet, server)
-    server.add_insecure_port(f"unix://{socket}")
-    await server.start()
-    return server
 
 
 @pytest.fixture

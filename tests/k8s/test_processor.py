@@ -278,13 +278,91 @@ async def test_nothing_is_said_of_devices_until_pod_resources_answered(tmp_path:
     assert batch is not None and batch.serialize() is raw
 
 
-async def test_gateway_mode_leaves_devices_alone() -> None:
+async def test_gateway_mode_leaves_devices_without_a_holders_hint_alone() -> None:
     proc = make()
     assert proc.runtime.podresources is None
     incoming = metrics_batch(gpu_resource())
     raw = incoming.serialize()
     batch = await proc.process(incoming)
     assert batch is not None and batch.serialize() is raw
+
+
+# --- devices in gateway mode: the probe's holders hint ------------------------------------------
+
+HOLDERS = "gputally.k8s.podresources.holders"
+
+
+def hinted(*entries: str, uuid_: str = GPU, **extra: object) -> dict[str, object]:
+    return gpu_resource(uuid_, **{HOLDERS: list(entries)}, **extra)
+
+
+def without_hint(attributes: dict[str, object]) -> dict[str, object]:
+    return {k: v for k, v in k8s_only(attributes).items() if k != HOLDERS}
+
+
+async def test_gateway_mode_attributes_a_gpu_from_the_probes_hint_as_node_mode_does(tmp_path: Path) -> None:
+    gateway, node = make(), node_mode(tmp_path)
+    for proc in (gateway, node):
+        add_pod(proc, jupyter())
+    allocate(node, (GPU, Holder("notebooks", "jupyter-alice-0", "notebook", "nvidia.com/gpu")))
+    held = await gateway.process(metrics_batch(
+        hinted("notebooks/jupyter-alice-0/notebook/nvidia.com/gpu"), hinted(uuid_="GPU-free", index=1)))
+    reference = await node.process(metrics_batch(gpu_resource(), gpu_resource("GPU-free", index=1)))
+    assert held is not None and reference is not None
+    assert [without_hint(a) for a in resource_attrs(held)] == [k8s_only(a) for a in resource_attrs(reference)]
+    allocated, free = resource_attrs(held)
+    assert allocated["k8s.pod.name"] == "jupyter-alice-0" and allocated["gputally.k8s.attribution"] == "podresources"
+    assert allocated["k8s.node.name"] == "node-a"  # the pod's spec.nodeName
+    assert without_hint(free) == {"gputally.k8s.attribution": "none"}  # the kubelet said: nobody
+    assert free[HOLDERS] == []  # the hint stays as the probe sent it
+
+
+async def test_a_hinted_shared_gpu_lists_every_pod_and_its_node() -> None:
+    proc = make()
+    add_pod(proc, pod_json("a", namespace="team-a", node="gpu-7", containers={"main": cid("a")}))
+    add_pod(proc, pod_json("b", namespace="team-b", node="gpu-7", containers={"main": cid("b")}))
+    batch = await proc.process(metrics_batch(hinted(
+        "team-b/b/main/nvidia.com/gpu.shared", "team-a/a/main/nvidia.com/gpu.shared")))
+    assert batch is not None
+    (shared,) = resource_attrs(batch)
+    assert without_hint(shared) == {
+        "gputally.k8s.pods": ["team-a/a", "team-b/b"],
+        "k8s.node.name": "gpu-7",
+        "gputally.k8s.attribution": "podresources",
+    }
+
+
+async def test_a_hint_is_split_on_its_first_three_slashes_and_nonsense_is_not_believed() -> None:
+    proc = make()
+    batch = await proc.process(metrics_batch(
+        hinted("ml/a/main/example.com/vendor/gpu"), hinted("nonsense", "ml//main/nvidia.com/gpu", uuid_="GPU-x")))
+    assert batch is not None
+    parsed, ignored = resource_attrs(batch)
+    # Not listed by the API (yet): the hint's own identity, as PodResources' in node mode.
+    assert without_hint(parsed) == {"k8s.pod.name": "a", "k8s.namespace.name": "ml", "k8s.container.name": "main",
+                                    "gputally.k8s.pods": ["ml/a"], "gputally.k8s.attribution": "podresources"}
+    assert without_hint(ignored) == {}
+
+
+async def test_node_mode_prefers_its_own_socket_to_a_hint(tmp_path: Path) -> None:
+    proc = node_mode(tmp_path)
+    allocate(proc, (GPU, Holder("ml", "fresh", "main", "nvidia.com/gpu")))
+    batch = await proc.process(metrics_batch(hinted("ml/stale/main/nvidia.com/gpu")))
+    assert batch is not None and resource_attrs(batch)[0]["k8s.pod.name"] == "fresh"
+    # Without a socket of its own (pod_resources off), node mode takes the hint.
+    off = make({"mode": "node", "node_name": "node-a", "pod_resources": {"enabled": False}})
+    batch = await off.process(metrics_batch(hinted("ml/stale/main/nvidia.com/gpu")))
+    assert batch is not None and resource_attrs(batch)[0]["k8s.pod.name"] == "stale"
+
+
+async def test_a_new_hint_is_a_new_decision() -> None:
+    proc = make()
+    first = await proc.process(metrics_batch(hinted("ml/a/main/nvidia.com/gpu")))
+    second = await proc.process(metrics_batch(hinted("ml/b/main/nvidia.com/gpu")))
+    again = await proc.process(metrics_batch(hinted()))
+    assert first is not None and second is not None and again is not None
+    assert [resource_attrs(b)[0].get("k8s.pod.name") for b in (first, second, again)] == ["a", "b", None]
+    assert len(proc._decisions) == 3
 
 
 # --- pid-only processes (proc_root) --------------------------------------------------------
