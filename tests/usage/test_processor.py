@@ -1,0 +1,167 @@
+"""The processor in a service: lifecycle, pass-through, counters on the timer and at shutdown,
+events only where a logs pipeline lists it, restarts with ``storage``, self-metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import tomllib
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import gputally.processors.usage as usage
+from gputally.otlp.batch import Batch, Signal
+from gputally.pipeline.component import ComponentContext, Exporter, Factory, Processor
+from gputally.pipeline.pipeline import Pipeline, Stage
+from gputally.telemetry import SelfTelemetry
+from tests.usage.helpers import FakeClock, counters_of, emitted, feed, runtime
+from tests.usage.series import HOLDER_PID, NOTEBOOK_PID, TRAINER_PID, probe_requests, recording, with_attributes
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+PROCESSES = {TRAINER_PID: {"k8s.namespace.name": "ml", "k8s.pod.name": "trainer-0"},
+             NOTEBOOK_PID: {"k8s.namespace.name": "ml", "k8s.pod.name": "jupyter-bob-0"},
+             HOLDER_PID: {"slurm.job.id": 90210}}
+
+
+@pytest.fixture(scope="module")
+def requests() -> list[Any]:
+    raw = asyncio.run(probe_requests(recording(), base_ns=1_800_000_000 * 10**9))
+    return [with_attributes(r, processes=PROCESSES, gpu={"gputally.k8s.pods": ["ml/trainer-0"]}) for r in raw]
+
+
+def test_registered_and_declared() -> None:
+    found = {ep.name: ep for ep in entry_points(group="gputally.processors")}
+    assert "usage" in found, "add the usage entry point to pyproject.toml and reinstall"
+    assert found["usage"].load() is usage.factory and isinstance(usage.factory, Factory)
+    project = tomllib.loads(PYPROJECT.read_text())
+    assert project["project"]["entry-points"]["gputally.processors"]["usage"] == "gputally.processors.usage:factory"
+    assert "gputally.processors.usage" in project["tool"]["setuptools"]["packages"]
+
+
+def test_public_api_is_pinned() -> None:
+    assert sorted(usage.__all__) == ["OwnerRule", "PriceRule", "SummaryConfig", "UsageConfig", "UsageProcessor",
+                                     "UsageRuntime", "factory"]
+
+
+class Sink(Exporter):
+    def __init__(self) -> None:
+        self.batches: list[Batch] = []
+
+    async def export(self, batch: Batch) -> None:
+        self.batches.append(batch)
+
+
+def pipeline(signal: Signal, processor: Processor, sink: Sink) -> Pipeline:
+    telemetry = SelfTelemetry()
+    return Pipeline(f"{signal}", signal, [Stage("usage", processor, telemetry.for_processor("usage"))],
+                    [("sink", sink)])
+
+
+async def test_data_passes_untouched_and_counters_follow_on_the_timer_and_at_shutdown(requests: list[Any]) -> None:
+    context = ComponentContext(id="usage", telemetry=SelfTelemetry())
+    config = usage.factory.parse({"emit_interval": "100ms", "settle": 0})
+    metrics = usage.factory.create(config, context, Signal.METRICS)
+    logs = usage.factory.create(config, context, Signal.LOGS)
+    assert metrics.runtime is logs.runtime  # one ledger per processor ID
+    assert metrics.flush_interval and metrics.flush_interval <= 0.2
+    sink, log_sink = Sink(), Sink()
+    lines = [pipeline(Signal.METRICS, metrics, sink), pipeline(Signal.LOGS, logs, log_sink)]
+    for component in (metrics, logs, *lines):
+        await component.start()
+    sent = [r.SerializeToString() for r in requests[:5]]
+    for raw in sent:
+        await lines[0].consume(Batch.decode(Signal.METRICS, raw))
+    assert [b.serialize() for b in sink.batches[:5]] == sent  # the probe's data goes on as it came
+    await asyncio.sleep(0.5)
+    timed = [b for b in sink.batches[5:] if b"gputally.usage.busy.time" in b.serialize()]
+    assert timed, "no counters were sent on the timer"
+    for raw in (r.SerializeToString() for r in requests[5:]):
+        await lines[0].consume(Batch.decode(Signal.METRICS, raw))
+    for component in (*lines, metrics, logs):
+        await component.shutdown()
+    await metrics.shutdown()  # twice is fine
+    last = counters_of(sink.batches[-1].message)
+    assert math.isclose(last["ml/trainer-0"]["allocated"], 18.331705093, rel_tol=1e-6)  # every interval, at shutdown
+
+
+async def test_without_a_logs_pipeline_events_are_counted_not_kept(requests: list[Any]) -> None:
+    telemetry = SelfTelemetry()
+    context = ComponentContext(id="usage/x", telemetry=telemetry)
+    metrics = usage.factory.create(usage.factory.parse({"idle_after": "2s", "settle": 0}), context, Signal.METRICS)
+    await metrics.start()
+    for request in requests:
+        await metrics.process(Batch.decode(Signal.METRICS, request.SerializeToString()))
+    await metrics.shutdown()
+    registry = telemetry.registry
+    raised = registry.get_sample_value("gputally_usage_events_total",
+                                       {"processor": "usage/x", "event": "gputally.usage.idle"})
+    assert raised and raised >= 1  # the Slurm job holding memory, at least
+    every = sum(s.value for family in registry.collect() if family.name == "gputally_usage_events"
+                for s in family.samples if s.name.endswith("_total"))
+    assert registry.get_sample_value("gputally_usage_events_dropped_total", {"processor": "usage/x"}) == every
+    assert registry.get_sample_value("gputally_usage_owners", {"processor": "usage/x"}) == 3
+    assert metrics.runtime.events == []
+
+
+def test_a_restart_with_storage_continues_the_counters(requests: list[Any], tmp_path: Path) -> None:
+    clock = FakeClock()
+    whole = runtime(clock)
+    feed(whole, requests)
+    want = counters_of(emitted(whole))
+
+    first = runtime(clock, storage=tmp_path)
+    first.acquire()
+    feed(first, requests[:4])
+    before = emitted(first)
+    first.release()  # saves
+    saved = json.loads((tmp_path / "usage-usage.json").read_text())
+    assert saved["version"] == 1 and set(saved["devices"])
+
+    again = runtime(clock, storage=tmp_path)
+    again.acquire()
+    feed(again, requests[2:])  # the sender retries what was already counted: nothing twice
+    after = emitted(again)
+    got = counters_of(after)
+    assert set(got) == set(want)
+    for owner, counters in want.items():
+        for name, value in counters.items():
+            assert math.isclose(got[owner][name], value, rel_tol=1e-9, abs_tol=1e-9), (owner, name)
+    starts = {tuple(sorted((kv.key, kv.value.string_value) for kv in rm.resource.attributes)):
+              rm.scope_metrics[0].metrics[0].sum.data_points[0].start_time_unix_nano
+              for rm in before.resource_metrics}
+    for rm in after.resource_metrics:
+        key = tuple(sorted((kv.key, kv.value.string_value) for kv in rm.resource.attributes))
+        if key in starts:
+            assert rm.scope_metrics[0].metrics[0].sum.data_points[0].start_time_unix_nano == starts[key]
+
+
+def test_without_storage_a_restart_starts_anew_with_a_new_start_time(requests: list[Any]) -> None:
+    first = runtime()
+    feed(first, requests[:4])
+    again = runtime()
+    feed(again, requests[4:])
+    assert counters_of(emitted(again))["ml/trainer-0"]["allocated"] < counters_of(emitted(first))["ml/trainer-0"][
+        "allocated"] + 18.4
+
+
+def test_a_state_file_that_cannot_be_read_is_set_aside(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "usage-usage.json").write_text("{not json")
+    rt = runtime(storage=tmp_path)
+    rt.acquire()
+    assert (tmp_path / "usage-usage.json.corrupt").exists()
+    assert "cannot be read" in caplog.text and not rt.ledger.devices
+
+
+async def test_a_request_without_gpus_passes_unread() -> None:
+    from tests.processors.builders import all_kinds, metrics_batch, resource_metrics
+
+    metrics = usage.factory.create(usage.factory.parse({}), ComponentContext(id="usage", telemetry=SelfTelemetry()),
+                                   Signal.METRICS)
+    batch = metrics_batch(resource_metrics({"service.name": "api"}, all_kinds([{"route": "/"}])))
+    raw = batch.serialize()
+    assert await metrics.process(batch) is batch and batch.serialize() == raw
+    assert not metrics.runtime.ledger.devices
