@@ -34,6 +34,7 @@ EXPECTED = {
     "collector-config/gateway/kubernetes/rbac.yaml",
     "collector-config/gateway/kubernetes/deployment.yaml",
     "collector-config/gateway/kubernetes/service.yaml",
+    "collector-config/gateway/kubernetes/probe-daemonset.yaml",
     "collector-config/sidecar/kubernetes/rbac.yaml",
     "collector-config/sidecar/kubernetes/daemonset.yaml",
 }
@@ -43,8 +44,9 @@ CREATED_FOR_REAL = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
 WORKLOAD_KINDS = {"Deployment", "DaemonSet", "StatefulSet", "Job"}
 POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 # Containers allowed to run as uid 0 (still without any capability), and why: the kubelet's
-# PodResources socket is writable by root only (see the comment in daemonset.yaml).
-ROOT_CONTAINERS = {("DaemonSet", "gputally-node", "gputally")}
+# PodResources socket is writable by root only (see the comments in daemonset.yaml and
+# probe-daemonset.yaml). They are exactly the containers that mount it.
+ROOT_CONTAINERS = {("DaemonSet", "gputally-node", "gputally"), ("DaemonSet", "gputally-probe", "probe")}
 CONFIGMAPS = {"gputally-gateway": "gputally-gateway-config", "gputally-node": "gputally-node-config"}
 
 
@@ -75,6 +77,15 @@ def containers(workload: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 def workload_id(workload: dict[str, Any]) -> str:
     return f"{workload['kind']}/{workload['metadata']['name']}"
+
+
+def named_workload(kind: str, name: str) -> dict[str, Any]:
+    (found,) = [d for d in docs_of(kind) if d["metadata"]["name"] == name]
+    return found
+
+
+def mounts(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m["mountPath"]: m for m in container.get("volumeMounts", [])}
 
 
 def canonical_rules(rules: list[dict[str, Any]]) -> list[tuple[tuple[str, ...], ...]]:
@@ -232,9 +243,10 @@ def _violations(warning: str) -> set[str]:
 
 
 def test_pod_security_levels(admin: Any) -> None:
-    """The gateway meets the `restricted` Pod Security Standard. The node DaemonSet breaks
-    `baseline` only where it must (hostPID, hostPath): nothing privileged, no added
-    capability, no host network or ports. The namespaces only warn; dry run stores nothing."""
+    """The gateway meets the `restricted` Pod Security Standard. The DaemonSets (the sidecar
+    shape's node pod, the gateway shape's probe) break `baseline` only where they must
+    (hostPID, hostPath): nothing privileged, no added capability, no host network or ports.
+    The namespaces only warn; dry run stores nothing."""
     restricted, baseline = "gputally-psa-restricted", "gputally-psa-baseline"
     ensure_namespace(admin, restricted, {"pod-security.kubernetes.io/warn": "restricted"})
     ensure_namespace(admin, baseline, {"pod-security.kubernetes.io/warn": "baseline"})
@@ -243,21 +255,24 @@ def test_pod_security_levels(admin: Any) -> None:
         reply = submit(admin, workload, namespace=restricted)
         assert reply.status == 201 and not reply.warning, f"{workload_id(workload)}: {reply}"
 
-    (daemonset,) = docs_of("DaemonSet")
-    reply = submit(admin, daemonset, namespace=baseline)
-    assert reply.status == 201, reply
-    assert "hostPID=true" in reply.warning, reply  # the check ran
-    assert _violations(reply.warning) == {"host namespaces", "hostPath volumes"}, reply.warning
-    # Under `restricted`, in addition, only the one root container (ROOT_CONTAINERS).
-    reply = submit(admin, daemonset, namespace=restricted)
-    assert _violations(reply.warning) == {
-        "host namespaces",
-        "restricted volume types",
-        "runAsNonRoot != true",
-        "runAsUser=0",
-    }, reply.warning
-    named = re.findall(r'container "([^"]+)"', reply.warning.replace('\\"', '"'))
-    assert set(named) == {"gputally"}, reply.warning
+    daemonsets = docs_of("DaemonSet")
+    assert {d["metadata"]["name"] for d in daemonsets} == {"gputally-node", "gputally-probe"}
+    for daemonset in daemonsets:
+        reply = submit(admin, daemonset, namespace=baseline)
+        assert reply.status == 201, reply
+        assert "hostPID=true" in reply.warning, reply  # the check ran
+        assert _violations(reply.warning) == {"host namespaces", "hostPath volumes"}, reply.warning
+        # Under `restricted`, in addition, only the one root container (ROOT_CONTAINERS).
+        reply = submit(admin, daemonset, namespace=restricted)
+        assert _violations(reply.warning) == {
+            "host namespaces",
+            "restricted volume types",
+            "runAsNonRoot != true",
+            "runAsUser=0",
+        }, reply.warning
+        named = re.findall(r'container "([^"]+)"', reply.warning.replace('\\"', '"'))
+        root = {c for kind, name, c in ROOT_CONTAINERS if (kind, name) == ("DaemonSet", daemonset["metadata"]["name"])}
+        assert set(named) == root and len(root) == 1, reply.warning
 
 
 def _access(api: Any, user: str, verb: str, group: str, resource: str) -> bool:
@@ -357,8 +372,12 @@ def test_bindings_tie_each_service_account_to_its_role_and_workload() -> None:
         ]
         shape_workloads = [d for p in path.parent.glob("*.yaml") for d in documents(p) if d["kind"] in WORKLOAD_KINDS]
         assert shape_workloads, path.parent
-        for workload in shape_workloads:
-            assert workload["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+        for each in shape_workloads:
+            pod = each["spec"]["template"]["spec"]
+            if pod.get("automountServiceAccountToken") is False:  # no API access at all (the probe)
+                assert "serviceAccountName" not in pod, workload_id(each)
+                continue
+            assert pod["serviceAccountName"] == account["metadata"]["name"], workload_id(each)
 
 
 def test_nothing_runs_privileged() -> None:
@@ -401,7 +420,7 @@ def _node_name_from_downward_api(container: dict[str, Any], name: str) -> None:
 
 
 def test_node_daemonset() -> None:
-    (daemonset,) = docs_of("DaemonSet")
+    daemonset = named_workload("DaemonSet", "gputally-node")
     pod = daemonset["spec"]["template"]["spec"]
     assert pod["hostPID"] is True
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
@@ -410,9 +429,6 @@ def test_node_daemonset() -> None:
     assert set(by_name) == {"probe", "gputally"}
     probe, sidecar = by_name["probe"], by_name["gputally"]
     volumes = {v["name"]: v for v in pod["volumes"]}
-
-    def mounts(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        return {m["mountPath"]: m for m in container.get("volumeMounts", [])}
 
     # The PodResources directory (not the socket: a kubelet restart makes a new one), read-only,
     # in gputally only.
@@ -443,6 +459,44 @@ def test_node_daemonset() -> None:
     args = parse_gputally_argv(probe["args"])
     assert (args.command, args.probe, args.endpoint, args.insecure) == ("probe", "nvml", "127.0.0.1:4317", True)
     assert (args.interval, args.proc_root) == ("10s", Path("/host/proc"))
+
+
+def test_gateway_probe_daemonset() -> None:
+    """The gateway shape's probe: PodResources read on the node (the idle GPU's owner travels
+    to the gateway as a hint), /proc for cgroup hints, sending to the gateway's Service."""
+    daemonset = named_workload("DaemonSet", "gputally-probe")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True and pod["automountServiceAccountToken"] is False
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    (probe,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (pod_resources,) = [n for n, v in volumes.items() if v.get("hostPath", {}).get("path") == POD_RESOURCES_DIR]
+    assert volumes[pod_resources]["hostPath"]["type"] == "Directory"
+    assert mounts(probe)[POD_RESOURCES_DIR] == {"name": pod_resources, "mountPath": POD_RESOURCES_DIR, "readOnly": True}
+    (host_proc,) = [n for n, v in volumes.items() if v.get("hostPath", {}).get("path") == "/proc"]
+    assert mounts(probe)["/host/proc"] == {"name": host_proc, "mountPath": "/host/proc", "readOnly": True}
+    _node_name_from_downward_api(probe, "NODE_NAME")
+    assert _env(probe, "NVIDIA_VISIBLE_DEVICES")["value"] == "all"
+    assert not probe.get("ports")
+    args = parse_gputally_argv(probe["args"])
+    assert (args.command, args.probe, args.insecure, args.proc_root) == ("probe", "nvml", True, Path("/host/proc"))
+    assert Path(args.pod_resources).parent == Path(POD_RESOURCES_DIR)  # the socket, in the mounted directory
+    # It sends to the gateway's Service, on the port the Service serves OTLP/gRPC on.
+    (service,) = docs_of("Service")
+    host, _, port = args.endpoint.rpartition(":")
+    assert host == f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert int(port) in {p["port"] for p in service["spec"]["ports"] if p["name"] == "grpc"}
+
+
+def test_only_the_containers_that_mount_pod_resources_run_as_root() -> None:
+    mounting = {
+        (w["kind"], w["metadata"]["name"], c["name"])
+        for w in workloads()
+        for c in containers(w)
+        if POD_RESOURCES_DIR in mounts(c)
+    }
+    assert mounting == ROOT_CONTAINERS
 
 
 def test_gateway_deployment_and_service() -> None:
