@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,8 @@ def server_config(grpc_port: int, admin_port: int, sink_port: int, scenario: str
     elif scenario.startswith("k8s"):
         processors["k8s"] = {"mode": "node", "node_name": NODE, "kubeconfig": str(kubeconfig),
                              "pod_resources": {"socket": str(socket)}, "extract": {"labels": ["app"]}}
+    if scenario.endswith("+ usage"):
+        processors["usage"] = {"settle": 0, "emit_interval": "10s"}
     return {
         "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{grpc_port}"}}}},
         "processors": processors,
@@ -87,8 +90,8 @@ def server_config(grpc_port: int, admin_port: int, sink_port: int, scenario: str
     }
 
 
-def run(scenario: str, args: argparse.Namespace, payload: bytes, points: int, kubeconfig: Path,
-        socket: Path) -> dict[str, Any]:
+def run(scenario: str, args: argparse.Namespace, payload: bytes | Callable[[], bytes], points: int,
+        kubeconfig: Path, socket: Path) -> dict[str, Any]:
     grpc_port, admin_port, sink_port = free_port(), free_port(), free_port()
     with tempfile.TemporaryDirectory() as tmp:
         report, config = Path(tmp) / "sink.json", Path(tmp) / "config.yaml"

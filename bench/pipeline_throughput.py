@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -88,7 +89,10 @@ def wait_port(port: int, timeout: float = 15.0) -> None:
     raise RuntimeError(f"nothing listens on {port}")
 
 
-async def load(port: int, payload: bytes, seconds: float, in_flight: int, channels: int) -> tuple[int, list[float]]:
+async def load(port: int, payload: bytes | Callable[[], bytes], seconds: float, in_flight: int,
+               channels: int) -> tuple[int, list[float]]:
+    """Send for ``seconds`` with ``in_flight`` calls outstanding: the same bytes each time, or
+    what ``payload()`` returns for each call (a fresh timestamp, for stateful processors)."""
     options = [("grpc.use_local_subchannel_pool", 1)]  # one TCP connection per channel
     chans = [grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) for _ in range(channels)]
     calls = [c.unary_unary(METHOD) for c in chans]
@@ -100,8 +104,9 @@ async def load(port: int, payload: bytes, seconds: float, in_flight: int, channe
         nonlocal sent
         call = calls[index % len(calls)]
         while time.perf_counter() < deadline:
+            body = payload() if callable(payload) else payload
             started = time.perf_counter()
-            await call(payload, timeout=10)
+            await call(body, timeout=10)
             latencies.append(time.perf_counter() - started)
             sent += 1
 

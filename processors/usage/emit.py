@@ -29,19 +29,21 @@ from gputally.otlp.values import set_any_value, set_attributes
 from .ledger import OWNER_ID, OWNER_KIND, Account, Device, Event, Ledger
 from .owners import Owner
 
-__all__ = ["OWNER_ID", "OWNER_KIND", "SCOPE", "logs_request", "metrics_request"]
+__all__ = ["OWNER_ID", "OWNER_KIND", "SCOPE", "MetricsEmitter", "logs_request", "metrics_request"]
 
 SCOPE = "gputally.processors.usage"
 CURRENCY = "gputally.usage.currency"
 _CUMULATIVE = metrics_pb2.AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
 _SEVERITY = {"INFO": 9, "WARN": 13}
 
-_COUNTERS: tuple[tuple[str, str, str, str], ...] = (
-    ("gputally.usage.allocated.time", "s", "allocated", "Time the GPU was allocated to the owner."),
-    ("gputally.usage.busy.time", "s", "busy", "The owner's share of the GPU's utilization x time."),
-    ("gputally.usage.idle.time", "s", "idle", "Allocated time with the owner's utilization below idle_below."),
-    ("gputally.usage.energy", "J", "energy", "The owner's share of the GPU's energy."),
+_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("gputally.usage.allocated.time", "s", "allocated"),
+    ("gputally.usage.busy.time", "s", "busy"),
+    ("gputally.usage.idle.time", "s", "idle"),
+    ("gputally.usage.energy", "J", "energy"),
 )
+"""(name, unit, Account field). No descriptions: they would repeat on every (owner, GPU)
+resource; the table above (and the README) is where the counters are described."""
 
 
 def _resource(attributes: tuple[tuple[str, Any], ...]) -> bytes:
@@ -50,56 +52,77 @@ def _resource(attributes: tuple[tuple[str, Any], ...]) -> bytes:
     return bytes(resource.SerializeToString())
 
 
-def _sum(scope: Any, name: str, unit: str, description: str, start: int, now: int, value: float) -> Any:
-    metric = scope.metrics.add(name=name, unit=unit, description=description)
+def _sum(scope: Any, name: str, unit: str, start: int, now: int, value: float) -> Any:
+    metric = scope.metrics.add(name=name, unit=unit)
     metric.sum.aggregation_temporality = _CUMULATIVE
     metric.sum.is_monotonic = True
-    point = metric.sum.data_points.add(start_time_unix_nano=start, time_unix_nano=now, as_double=value)
-    return point
+    return metric.sum.data_points.add(start_time_unix_nano=start, time_unix_nano=now, as_double=value)
 
 
-def _scope(resource_metrics: Any) -> Any:
-    scope = resource_metrics.scope_metrics.add()
-    scope.scope.name, scope.scope.version = SCOPE, __version__
-    return scope
+class MetricsEmitter:
+    """Builds the counters' requests, at most ``max_resources`` resources each (a backend's
+    message limit is typically 4 MiB; 1,000 resources are about 0.8 MiB). Resource encodings are
+    kept while their attributes stay the same: between two emits, almost all of them do."""
+
+    def __init__(self, *, max_resources: int = 1000) -> None:
+        self._max = max_resources
+        self._resources: dict[tuple[Owner | None, str], tuple[tuple[tuple[str, Any], ...], bytes]] = {}
+
+    def requests(self, ledger: Ledger, now_ns: int) -> list[ExportMetricsServiceRequest]:
+        """Every account's counters and every GPU's observed time, stamped ``now_ns``."""
+        out: list[ExportMetricsServiceRequest] = []
+        request = ExportMetricsServiceRequest()
+        currency = ledger.config.currency
+        seen: dict[tuple[Owner | None, str], tuple[tuple[tuple[str, Any], ...], bytes]] = {}
+        for hw_id in sorted(ledger.devices):
+            device = ledger.devices[hw_id]
+            if device.last_ns is None:
+                continue
+            if len(request.resource_metrics) + len(device.accounts) + 1 > self._max and request.resource_metrics:
+                out.append(request)
+                request = ExportMetricsServiceRequest()
+            scope = self._scope(request, seen, ledger, None, hw_id, device)
+            _sum(scope, "gputally.usage.observed.time", "s", device.start_ns, now_ns, device.observed)
+            _sum(scope, "gputally.usage.unobserved.time", "s", device.start_ns, now_ns, device.unobserved)
+            for owner in sorted(device.accounts, key=lambda o: (o.kind, o.id)):
+                account = device.accounts[owner]
+                scope = self._scope(request, seen, ledger, owner, hw_id, device)
+                self._account(scope, ledger, device, account, now_ns, currency)
+        if request.resource_metrics:
+            out.append(request)
+        self._resources = seen  # encodings of accounts that are gone go with them
+        return out
+
+    def _scope(self, request: ExportMetricsServiceRequest, seen: dict[Any, Any], ledger: Ledger,
+               owner: Owner | None, hw_id: str, device: Device) -> Any:
+        attributes = ledger.resource_of(owner, device)
+        cached = self._resources.get((owner, hw_id))
+        if cached is None or cached[0] != attributes:
+            cached = (attributes, _resource(attributes))
+        seen[(owner, hw_id)] = cached
+        rm = request.resource_metrics.add()
+        rm.resource.MergeFromString(cached[1])
+        scope = rm.scope_metrics.add()
+        scope.scope.name, scope.scope.version = SCOPE, __version__
+        return scope
+
+    @staticmethod
+    def _account(scope: Any, ledger: Ledger, device: Device, account: Account, now_ns: int, currency: str) -> None:
+        start = account.start_ns
+        for name, unit, field in _COUNTERS:
+            _sum(scope, name, unit, start, now_ns, getattr(account, field))
+        point = _sum(scope, "gputally.usage.cost", "{cost}", start, now_ns, ledger.cost(device, account))
+        set_attributes(point.attributes, [(CURRENCY, currency)])
+        peak = scope.metrics.add(name="gputally.usage.memory.peak", unit="By")
+        peak.gauge.data_points.add(time_unix_nano=now_ns, as_double=account.peak_memory)
 
 
 def metrics_request(ledger: Ledger, now_ns: int) -> ExportMetricsServiceRequest:
-    """Every account's counters and every GPU's observed time, stamped ``now_ns``."""
+    """All counters in one request (tests, small ledgers)."""
     request = ExportMetricsServiceRequest()
-    currency = ledger.config.currency
-    for hw_id in sorted(ledger.devices):
-        device = ledger.devices[hw_id]
-        if device.last_ns is None:
-            continue
-        rm = request.resource_metrics.add()
-        rm.resource.MergeFromString(_resource(ledger.resource_of(None, device)))
-        scope = _scope(rm)
-        _sum(scope, "gputally.usage.observed.time", "s", "Time integrated on this GPU.",
-             device.start_ns, now_ns, device.observed)
-        _sum(scope, "gputally.usage.unobserved.time", "s", "Gaps between samples longer than max_gap.",
-             device.start_ns, now_ns, device.unobserved)
-        for owner in sorted(device.accounts, key=lambda o: (o.kind, o.id)):
-            _account(request, ledger, owner, device, device.accounts[owner], now_ns, currency)
+    for part in MetricsEmitter(max_resources=2**62).requests(ledger, now_ns):
+        request.MergeFrom(part)
     return request
-
-
-def _account(
-    request: ExportMetricsServiceRequest, ledger: Ledger, owner: Owner, device: Device, account: Account,
-    now_ns: int, currency: str,
-) -> None:
-    rm = request.resource_metrics.add()
-    rm.resource.MergeFromString(_resource(ledger.resource_of(owner, device)))
-    scope = _scope(rm)
-    start = account.start_ns
-    for name, unit, field, description in _COUNTERS:
-        _sum(scope, name, unit, description, start, now_ns, getattr(account, field))
-    point = _sum(scope, "gputally.usage.cost", "{cost}", "Allocated GPU-hours x price + kWh x energy price.",
-                 start, now_ns, ledger.cost(device, account))
-    set_attributes(point.attributes, [(CURRENCY, currency)])
-    peak = scope.metrics.add(name="gputally.usage.memory.peak", unit="By",
-                             description="Most GPU memory the owner's processes held on the GPU.")
-    peak.gauge.data_points.add(time_unix_nano=now_ns, as_double=account.peak_memory)
 
 
 def logs_request(events: Sequence[Event], observed_ns: int) -> ExportLogsServiceRequest:
@@ -124,6 +147,6 @@ def logs_request(events: Sequence[Event], observed_ns: int) -> ExportLogsService
 
 def counter_names() -> Iterable[str]:
     """Every metric name the processor emits (for docs and tests)."""
-    yield from (name for name, _, _, _ in _COUNTERS)
+    yield from (name for name, _, _ in _COUNTERS)
     yield from ("gputally.usage.cost", "gputally.usage.memory.peak",
                 "gputally.usage.observed.time", "gputally.usage.unobserved.time")

@@ -23,7 +23,7 @@ from gputally.otlp.batch import Batch, Signal
 from gputally.pipeline.component import ComponentContext, Processor
 
 from .config import UsageConfig
-from .emit import logs_request, metrics_request
+from .emit import MetricsEmitter, logs_request
 from .ledger import Event, Ledger
 from .observe import Observer
 from .owners import OwnerRules
@@ -61,6 +61,9 @@ class UsageRuntime:
         self.events_dropped = 0
         self.sends_events = False
         """True when an instance runs in a logs pipeline; else events are counted and dropped."""
+        self._emitter = MetricsEmitter()
+        self._outgoing: list[Batch] = []
+        """The rest of the last emit, one request each, handed on by the following flushes."""
         self._users = 0
         self._last_emit = monotonic()
 
@@ -84,21 +87,21 @@ class UsageRuntime:
         self._collect_events()
 
     def emit(self, *, final: bool = False) -> Batch | None:
-        """The counters, when ``emit_interval`` has passed since the last time (or ``final``)."""
+        """The next request of counters: a new emit when ``emit_interval`` has passed since the
+        last (or ``final``), else what is left of the last one, else None."""
         now = self.monotonic()
-        if not final and now - self._last_emit < self.config.emit_interval:
+        if not final and (self._outgoing or now - self._last_emit < self.config.emit_interval):
             self.ledger.settle(now)
             self._collect_events()
-            return None
+            return self._outgoing.pop(0) if self._outgoing else None
         self._last_emit = now
         self.ledger.settle(now, everything=final)
-        request = metrics_request(self.ledger, self.wall_ns())
+        requests = self._emitter.requests(self.ledger, self.wall_ns())
         self.ledger.end_owners()  # after the emit: an ended owner's last counters went out above
         self._collect_events()
         self.save()
-        if not request.resource_metrics:
-            return None
-        return Batch(Signal.METRICS, message=request)
+        self._outgoing = [Batch(Signal.METRICS, message=r) for r in requests]
+        return self._outgoing.pop(0) if self._outgoing else None
 
     def take_events(self) -> Batch | None:
         events, self.events = self.events, []

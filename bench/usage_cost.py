@@ -1,0 +1,160 @@
+"""What the ``usage`` processor costs: pipeline throughput with and without it, and its memory.
+
+Throughput: bench/k8s_throughput.py's 8-GPU node request (340 points; 10 processes attributed
+by cgroup, 8 GPUs by PodResources on a real kube-apiserver), through ``gputally serve`` with
+``k8s`` and with ``k8s`` + ``usage``, rounds interleaved in one run. Every request carries a
+new sample time (the load generator restamps it), so each one is integrated in full, as a
+node's real cycles are: the worst case for ``usage``, which then works on every request.
+
+Memory: a ledger for ``--gpus`` GPUs, each held by one pod with one Slurm job's process on it
+(two owners per GPU), filled sample by sample; tracemalloc's figure and the process RSS
+growth, and the time one emit of every counter takes.
+
+    .venv/bin/python bench/usage_cost.py [--seconds 10] [--rounds 2] [--gpus 10000] [--memory-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import itertools
+import os
+import struct
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).parent))
+from gpu_node_request import GPUS  # noqa: E402
+
+STAMP = 1_795_977_093_000_000_000
+"""The sample time gpu_node_request writes into every point; the load generator replaces it."""
+
+
+def restamped(payload: bytes) -> Callable[[], bytes]:
+    """Each call: ``payload`` with its sample time 10 s later than the call before (a node's cycles)."""
+    old = struct.pack("<Q", STAMP)
+    assert payload.count(old) > 0, "the request carries no sample time to replace"
+    times = itertools.count(STAMP + 10**10, 10**10)
+    return lambda: payload.replace(old, struct.pack("<Q", next(times)))
+
+
+def throughput(args: argparse.Namespace) -> None:
+    from k8s_setup import FakeKubelet, cluster
+    from k8s_throughput import node_request, run, setup_pods
+
+    from gputally.otlp.census import census_metrics
+
+    control_plane = cluster()
+    with tempfile.TemporaryDirectory() as tmp:
+        socket = Path(tmp) / "kubelet.sock"
+        try:
+            ns, pods = setup_pods(control_plane.admin_client(), 10)
+            kubelet = FakeKubelet(socket, [
+                (ns, pods[g]["name"], "main", f"GPU-1e061ec2-3930-fe87-1e34-cb91101c1b{g:02d}") for g in range(GPUS)
+            ])
+            payload = node_request([(p["uid"], p["cid"]) for p in pods]).SerializeToString()
+            points = census_metrics(payload).items
+            scenarios = ["k8s (node mode)", "k8s (node mode) + usage"]
+            print(f"request: {points} points, {len(payload)} bytes, new sample time on every request; "
+                  f"{args.in_flight} in flight; {os.cpu_count()} CPUs; {args.seconds:.0f} s per scenario; "
+                  f"best of {args.rounds} round(s)")
+            best: dict[str, dict[str, Any]] = {}
+            for _ in range(args.rounds):
+                for name in scenarios:
+                    result = run(name, args, restamped(payload), points, control_plane.limited_kubeconfig, socket)
+                    if name not in best or result["points_per_cpu_s"] > best[name]["points_per_cpu_s"]:
+                        best[name] = result
+            kubelet.stop()
+        finally:
+            control_plane.stop()
+    print(f"{'scenario':28} {'accepted/s':>10} {'pts/CPU-s':>10} {'p50 ms':>7} {'p99 ms':>7} {'RSS MiB':>8} {'lost':>5}")
+    for name in scenarios:
+        r = best[name]
+        print(f"{name:28} {r['points_per_s']:>10,.0f} {r['points_per_cpu_s']:>10,.0f} {r['p50_ms']:>7.2f} "
+              f"{r['p99_ms']:>7.2f} {r['rss_mib']:>8.1f} {r['lost']:>5}")
+    ratio = best[scenarios[1]]["points_per_cpu_s"] / best[scenarios[0]]["points_per_cpu_s"]
+    print(f"usage costs {1 - ratio:.1%} of the points per CPU-second (target: at most 10%)")
+
+
+def memory(gpus: int) -> None:
+    from gputally.processors.usage.config import UsageConfig
+    from gputally.processors.usage.emit import MetricsEmitter
+    from gputally.processors.usage.ledger import Ledger
+    from gputally.processors.usage.observe import DeviceReading, ProcessReading
+    from gputally.processors.usage.owners import Owner
+
+    def fill(cycles: int) -> tuple[Ledger, float]:
+        book = Ledger(UsageConfig(settle=0, end_after=10**6), start_ns=0)
+        pod_attributes = (("k8s.namespace.name", "ml"), ("gputally.k8s.owner.kind", "StatefulSet"))
+        samples = []
+        for g in range(gpus):  # what the observer hands over, built before the clock starts
+            hw_id = f"GPU-{g:08d}-0000-0000-0000-000000000000"
+            pod = (Owner("k8s.pod", f"ml/trainer-{g}"), (*pod_attributes, ("k8s.pod.name", f"trainer-{g}")))
+            job = (Owner("slurm.job", str(100000 + g)), (("slurm.job.id", 100000 + g), ("slurm.job.user", "alice")))
+            attributes = (("hw.id", hw_id), ("hw.model", "NVIDIA H100 80GB HBM3"), ("host.name", f"node-{g // 8}"))
+            samples.append((hw_id, pod, job, attributes))
+        started = time.perf_counter()
+        for t in range(cycles):  # every account exists and has integrated cycles - 1 times
+            time_ns = (t + 1) * 10**10
+            for hw_id, pod, job, attributes in samples:
+                book.add(hw_id, time_ns, DeviceReading(utilization=0.5, energy_j=1000.0 * t, memory=2**33,
+                                                       limit=2**37, allocation=(pod,), attributes=attributes),
+                         "", None, arrived=0.0)
+                book.add(hw_id, time_ns, None, "1@", ProcessReading(owner=job, utilization=0.4, memory=2**32),
+                         arrived=0.0)
+            book.settle(0.0, everything=True)
+        return book, (time.perf_counter() - started) / (cycles * gpus)
+
+    process = psutil.Process()
+    gc.collect()
+    rss0 = process.memory_info().rss
+    book, per_sample = fill(3)
+    gc.collect()
+    rss = process.memory_info().rss - rss0
+    del book
+    gc.collect()
+    tracemalloc.start()
+    book, _ = fill(3)
+    gc.collect()
+    traced, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    accounts = sum(len(d.accounts) for d in book.devices.values())
+    emitter = MetricsEmitter()
+    started = time.perf_counter()
+    requests = emitter.requests(book, 10**18)
+    cold = time.perf_counter() - started
+    started = time.perf_counter()
+    requests = emitter.requests(book, 2 * 10**18)
+    warm = time.perf_counter() - started
+    size = sum(r.ByteSize() for r in requests)
+    resources = sum(len(r.resource_metrics) for r in requests)
+    print(f"ledger: {gpus:,} GPUs, {len(book.owners):,} owners, {accounts:,} (owner, GPU) accounts")
+    print(f"memory: {traced / 2**20:.1f} MiB allocated (tracemalloc), RSS grew {rss / 2**20:.1f} MiB "
+          f"(target: at most 50 MB); {per_sample * 1e6:.1f} us per GPU sample (GPU + one process) to integrate")
+    print(f"one emit of every counter: {cold:.2f} s the first time, {warm:.2f} s after (resources cached); "
+          f"{size / 2**20:.1f} MiB of OTLP, {resources:,} resources in {len(requests)} requests")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--in-flight", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--pin", action="store_true", help="server on the last CPU; load and sink on the rest")
+    parser.add_argument("--gpus", type=int, default=10_000)
+    parser.add_argument("--memory-only", action="store_true", help="skip the throughput part (no API server)")
+    args = parser.parse_args()
+    memory(args.gpus)
+    if not args.memory_only:
+        throughput(args)
+
+
+if __name__ == "__main__":
+    main()
