@@ -23,6 +23,7 @@ serve: venv
 harness:
 	tests/harness/kube/build.sh
 	tests/harness/otelcol/build.sh
+	tests/harness/prometheus/build.sh
 	sh tests/harness/slurm/setup.sh
 	sh tests/harness/systemd/setup.sh
 

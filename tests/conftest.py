@@ -9,7 +9,12 @@ import pytest
 from harness.processes import free_port
 from support.otlp import OtlpSink
 
-pytest_plugins = ["harness.kube.fixtures", "harness.otelcol.fixtures", "harness.slurm.fixtures"]
+pytest_plugins = [
+    "harness.kube.fixtures",
+    "harness.otelcol.fixtures",
+    "harness.prometheus.fixtures",
+    "harness.slurm.fixtures",
+]
 
 @pytest.fixture
 async def otlp_sink() -> AsyncIterator[OtlpSink]:
