@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
+from gputally.probes.allocations import PodAllocations
 from gputally.probes.collector import Collector
 from gputally.probes.otlp_shape import OtlpEncoder
 from gputally.probes.replay_source import ReplaySource, load_recording
@@ -34,6 +35,8 @@ METRICS_EXPORT = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Expor
 
 K8S_ADDED = ("k8s.", "container.", "cloud.", "host.type", "gputally.k8s.")
 """Prefixes of the resource keys the k8s processor adds."""
+PROBE_SENT = ("gputally.k8s.podresources.holders",)
+"""Keys under those prefixes that the probe sends (its PodResources holders hint), never added."""
 SLURM_ADDED = ("slurm.",)
 """Prefix of the resource keys the slurm processor adds."""
 
@@ -141,7 +144,8 @@ def file_points(out: Path, drop: Iterable[str] = ()) -> Counter[Key]:
 def points_at(out: Path, times: set[int], added: tuple[str, ...] = ()) -> Counter[Key]:
     """The output's points with a timestamp in ``times`` (the test's own, not its warm-up's),
     their resources without the keys that start with one of ``added`` (what the pipeline adds)."""
-    drop = {k for attributes, _ in file_resources(out) for k in attributes if added and k.startswith(added)}
+    drop = {k for attributes, _ in file_resources(out) for k in attributes
+            if added and k.startswith(added) and k not in PROBE_SENT}
     return Counter({key: n for key, n in file_points(out, drop=drop).items() if key[3] in times})
 
 
@@ -169,18 +173,29 @@ def added_keys(out: Path, sent: Counter[Key]) -> set[str]:
     return {k for attributes, _ in file_resources(out) for k in attributes} - had
 
 
-async def replay_requests(recording: Mapping[str, Any], cycles: int, node: str) -> list[ExportMetricsServiceRequest]:
-    """What the NVIDIA probe sends for the first ``cycles`` snapshots of a recording."""
+async def replay_requests(recording: Mapping[str, Any], cycles: int, node: str, *,
+                          pod_resources: Path | None = None) -> list[ExportMetricsServiceRequest]:
+    """What the NVIDIA probe sends for the first ``cycles`` snapshots of a recording.
+
+    ``pod_resources``: the node's kubelet socket (a `tests.k8s.kubelet.Kubelet` serving it):
+    the probe asks it every cycle and its GPUs carry their holders, as ``--pod-resources``
+    makes the real probe do (the runner's two steps, :mod:`gputally.probes.allocations`)."""
     source = ReplaySource(copy.deepcopy(dict(recording)))
     probe = Collector(source, source, node_name=node, events=False)
+    allocations = PodAllocations(pod_resources, refresh_s=1e-9) if pod_resources is not None else None
     encoder = OtlpEncoder()
     requests = []
     try:
         for _ in range(cycles):
             cycle = await probe.collect()
+            if allocations is not None:
+                await allocations.refresh()
+                allocations.decorate(cycle.entities)
             requests.append(encoder.metrics(cycle.entities, cycle.time_ns))
     finally:
         await probe.close()
+        if allocations is not None:
+            await allocations.close()
     return requests
 
 
