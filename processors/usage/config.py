@@ -116,6 +116,11 @@ class UsageConfig(Strict):
     storage: Path | None = None
     """A directory where the counters are kept across restarts (they continue with their
     original start time). Without it a restart starts them anew, with a new start time."""
+    instance_id: str | None = Field(None, min_length=1)
+    """Written as ``service.instance.id`` (with ``service.name`` ``gputally``) on every counter,
+    so the counters of several replicas (scale-out) are separate series that add up. Default:
+    the host name (the pod's name in Kubernetes). With ``storage``, the name saved with the
+    counters is kept, so restored counters stay one series."""
     max_owners: int = Field(100_000, ge=1)
     """Most owners held; beyond it the longest-unseen owner is dropped (counted in
     ``gputally_usage_owners_evicted_total``)."""

@@ -34,6 +34,8 @@ __all__ = ["OWNER_ID", "OWNER_KIND", "Account", "Device", "Event", "Ledger", "Ow
 
 OWNER_KIND = "gputally.usage.owner.kind"
 OWNER_ID = "gputally.usage.owner.id"
+SERVICE_NAME = "service.name"
+SERVICE_INSTANCE = "service.instance.id"
 
 _NS = 1e9
 _GIB = float(1 << 30)
@@ -99,8 +101,10 @@ class Event:
 class Ledger:
     """Every GPU's integration state and every owner's counters."""
 
-    def __init__(self, config: UsageConfig, *, start_ns: int) -> None:
+    def __init__(self, config: UsageConfig, *, start_ns: int, instance: str = "") -> None:
         self.config = config
+        self.instance = instance
+        """``service.instance.id`` of every counter and event: which gputally counted them."""
         self.start_ns = start_ns
         """When counters that have no start of their own begin (the service start)."""
         self.devices: dict[str, Device] = {}
@@ -397,6 +401,9 @@ class Ledger:
             attributes[OWNER_ID] = owner.id
         if device is not None:
             attributes.update(device.attributes)
+        if self.instance:
+            attributes[SERVICE_NAME] = "gputally"
+            attributes[SERVICE_INSTANCE] = self.instance
         return tuple(sorted(attributes.items()))
 
     def drain_events(self) -> list[Event]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from .owners import Named, OwnerRules, Value
@@ -45,9 +45,11 @@ def _request_class() -> Any:
 
     one, many = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
     # opentelemetry/proto/metrics/v1/metrics.proto: NumberDataPoint, Gauge/Sum, Metric, ScopeMetrics, ResourceMetrics.
+    message("Text", ("string_value", 1, one, _F.TYPE_STRING, None))
+    message("Attribute", ("key", 1, one, _F.TYPE_STRING, None), ("value", 2, one, _F.TYPE_MESSAGE, "Text"))
     point = message(
         "Point",
-        ("attributes", 7, many, _F.TYPE_BYTES, None),
+        ("attributes", 7, many, _F.TYPE_MESSAGE, "Attribute"),
         ("time_unix_nano", 3, one, _F.TYPE_FIXED64, None),
         ("as_double", 4, one, _F.TYPE_DOUBLE, None),
         ("as_int", 6, one, _F.TYPE_SFIXED64, None),
@@ -67,7 +69,6 @@ def _request_class() -> Any:
 
 
 _REQUEST = _request_class()
-_GENERAL = KeyValue(key="hw.gpu.task", value=AnyValue(string_value="general")).SerializeToString()
 
 # metric name -> (role, scale, rank: lower wins when a GPU reports several sources of one role)
 _DEVICE_METRICS: dict[str, tuple[str, float, int]] = {
@@ -164,7 +165,7 @@ class Observer:
                     data = metric.gauge if metric.HasField("gauge") else metric.sum
                     tasked = name in _TASKED
                     for point in data.data_points:
-                        if tasked and point.attributes and _GENERAL not in point.attributes:
+                        if tasked and not _general(point.attributes):
                             continue
                         kind = point.WhichOneof("value")
                         if kind is None:
@@ -213,6 +214,16 @@ class Observer:
             self._decisions.clear()
         self._decisions[raw] = decision
         return decision
+
+
+def _general(attributes: Any) -> bool:
+    """No engine named, or the general (SM) one: not encoder or decoder time. Compared by
+    value, not by bytes: encoders differ (a Collector in front writes the same attribute
+    with other bytes than Python's protobuf)."""
+    for kv in attributes:
+        if kv.key == "hw.gpu.task":
+            return kv.value.string_value == "general"
+    return True
 
 
 def _get(roles: dict[str, tuple[int, float]], role: str) -> float | None:

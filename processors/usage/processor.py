@@ -11,6 +11,7 @@ switched on.
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
@@ -53,7 +54,7 @@ class UsageRuntime:
         self.name = name
         self.monotonic = monotonic
         self.wall_ns = wall_ns
-        self.ledger = Ledger(config, start_ns=wall_ns())
+        self.ledger = Ledger(config, start_ns=wall_ns(), instance=config.instance_id or socket.gethostname())
         self.observer = Observer(OwnerRules(config.owners))
         self.file = LedgerFile(config.storage, name) if config.storage is not None else None
         self.events: list[Event] = []

@@ -45,6 +45,7 @@ class LedgerFile:
         state = {
             "version": _VERSION,
             "start_ns": ledger.start_ns,
+            "instance": ledger.instance,
             "watermark": ledger.watermark,
             "devices": {
                 hw_id: {
@@ -102,6 +103,7 @@ class LedgerFile:
             log.error("usage state %s cannot be read (%s); moved to %s, counting starts anew", self.path, exc, aside)
             return False
         ledger.start_ns = int(state["start_ns"])
+        ledger.instance = str(state.get("instance") or ledger.instance)
         ledger.watermark = int(state.get("watermark", 0))
         ledger.devices, ledger.owners = devices, owners
         return True

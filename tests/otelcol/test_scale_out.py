@@ -1,6 +1,6 @@
 """Shape 4, scale-out, as shipped in collector-config/scale-out/, end to end:
 
-    NVML replay of 8 nodes --> otelcol (scale-out/otelcol.yaml: loadbalancing by resource)
+    NVML replay of 12 nodes --> otelcol (scale-out/otelcol.yaml: loadbalancing by host.name)
         --> two `gputally serve` replicas (scale-out/gputally.yaml) --> the same otelcol's
         otlp/gputally receiver --> its backend (a file exporter)
 
@@ -42,7 +42,7 @@ from tests.otelcol.shapes import (
     wait_until,
 )
 
-NODES = 8
+NODES = 12  # routed by host.name: with 12 nodes both replicas get some, but for a 1-in-4096 split
 ROUNDS = 16
 STOP_AFTER = 6  # rounds sent before one replica goes away
 ROUND_NS = 10**12

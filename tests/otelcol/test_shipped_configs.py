@@ -56,9 +56,9 @@ def test_otelcol_validate_rejects_a_broken_copy(otelcol_binary: Path, tmp_path: 
     for key, value in ENVIRONMENT.items():
         monkeypatch.setenv(key, value)
     text = (CONFIGS / "scale-out" / "otelcol.yaml").read_text()
-    assert "routing_key: resource" in text
+    assert "routing_key: attributes" in text
     broken = tmp_path / "otelcol.yaml"
-    broken.write_text(text.replace("routing_key: resource", "routing_kee: resource"))
+    broken.write_text(text.replace("routing_key: attributes", "routing_kee: attributes"))
     result = validate(otelcol_binary, broken)
     assert result.returncode != 0 and "routing_kee" in result.stderr
 
