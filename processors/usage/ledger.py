@@ -149,6 +149,9 @@ class Ledger:
             ready = sorted(t for t, s in state.pending.items() if everything or s.arrived <= limit)
             for t in ready:
                 sample = state.pending.pop(t)
+                if state.last_ns is not None and t <= state.last_ns:
+                    self.late += 1  # older than a sample that settled first (it arrived earlier)
+                    continue
                 if sample.device is None:
                     self.incomplete += 1
                     continue

@@ -23,8 +23,12 @@ from .owners import Named, OwnerRules, Value
 
 __all__ = ["DEVICE_KEYS", "DeviceReading", "Observer", "ProcessReading", "Sample"]
 
-DEVICE_KEYS = ("hw.id", "hw.model", "hw.parent", "host.name", "k8s.node.name", "gputally.gpu.index")
-"""GPU attributes copied onto its usage counters (where the GPU resource has them)."""
+DEVICE_KEYS = (
+    "hw.id", "hw.model", "hw.parent", "host.name", "host.type", "k8s.node.name", "gputally.gpu.index",
+    "cloud.provider", "cloud.region", "cloud.availability_zone",
+)
+"""GPU attributes copied onto its usage counters (where the GPU resource has them): which GPU,
+and where it is (node, instance type, zone), for cost by model, zone or instance type."""
 
 _PACKAGE = "gputally.usage.view"
 _F = descriptor_pb2.FieldDescriptorProto

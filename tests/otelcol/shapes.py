@@ -122,6 +122,30 @@ def metrics_of(rm: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [metric for sm in rm.get("scopeMetrics", []) for metric in sm.get("metrics", [])]
 
 
+USAGE_COUNTERS = {"gputally.usage.allocated.time": "allocated", "gputally.usage.busy.time": "busy",
+            "gputally.usage.idle.time": "idle", "gputally.usage.energy": "energy"}
+
+
+def usage_at_backend(out: Path) -> dict[str, dict[str, Any]]:
+    """owner id -> the newest value of each usage counter, and the owner's resource attributes."""
+    found: dict[str, dict[str, Any]] = {}
+    newest: dict[tuple[str, str], int] = {}
+    for attributes, rm in file_resources(out):
+        owner = attributes.get("gputally.usage.owner.id")
+        if owner is None:
+            continue
+        entry = found.setdefault(owner, {"attributes": attributes})
+        for metric in metrics_of(rm):
+            name = USAGE_COUNTERS.get(metric["name"])
+            for point in points_of(metric) if name else ():
+                at = int(point["timeUnixNano"])
+                if at >= newest.get((owner, name), 0):
+                    newest[(owner, name)] = at
+                    entry[name] = float(point.get("asDouble", 0.0))
+                    entry["attributes"] = attributes
+    return found
+
+
 def points_of(metric: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The data points of one metric in the file exporter's output, whatever its kind."""
     return [point for kind in _KINDS for point in metric.get(kind, {}).get("dataPoints", [])]
@@ -228,6 +252,23 @@ async def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 3
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.1)
+
+
+async def quiet(out: Path, seconds: float = 1.5, timeout: float = 30.0) -> None:
+    """Wait until ``out`` has not grown for ``seconds``: what a stopped gputally sent last (its
+    final usage counters) went through the collector's batch processor into the file. Stopping
+    the collector earlier can make its v0.161 file exporter panic on a batch flushed at shutdown."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    size, since = -1, loop.time()
+    while loop.time() < deadline:
+        now = out.stat().st_size if out.exists() else 0
+        if now != size:
+            size, since = now, loop.time()
+        elif loop.time() - since >= seconds:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{out} kept growing for {timeout} s")
 
 
 async def warm_up(export: Any, request: ExportMetricsServiceRequest, out: Path, keys: Iterable[str],

@@ -14,6 +14,7 @@ moved into them.
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -44,7 +45,9 @@ from tests.otelcol.shapes import (
     replay_requests,
     request_points,
     resource_times,
+    quiet,
     shipped,
+    usage_at_backend,
     wait_until,
     warm_up,
 )
@@ -110,6 +113,7 @@ async def run_gateway_shape(
         await wait_until(lambda: points_at(out, times).total() >= sent.total(), "every sent point at the backend")
     finally:
         assert await asyncio.to_thread(gateway.stop) == 0, gateway.log_tail()
+    await quiet(out)
     assert await asyncio.to_thread(backend.stop) == 0, backend.log_tail()
     return GatewayRun(out, sent, times)
 
@@ -169,3 +173,20 @@ async def test_gateway_attributes_every_point_once_to_its_pod_and_job(
         assert gpu["container.id"] == RECORDED_CONTAINER and gpu["k8s.statefulset.name"] == "jupyter-alice"
         assert gpu["k8s.node.name"] == node and gpu["cloud.availability_zone"] == "us-east-2a"
         assert gpu["gputally.k8s.pods"] == f'["{ns}/jupyter-alice-0"]' and "slurm.job.id" not in gpu
+
+    # ...and so is its time in the usage counters (the shipped config's usage processor): the
+    # notebook holds the GPU for all of it, idle or not. The recording's Slurm worker is gone
+    # from the second reading on, so every interval is idle: its time and energy are the
+    # notebook's, and the job, which held memory at the first reading, gets an account of zeros.
+    usage = usage_at_backend(run.out)
+    observed = (max(run.times) - min(run.times)) / 1e9
+    notebook_usage = usage[f"{ns}/jupyter-alice-0"]
+    assert math.isclose(notebook_usage["allocated"], observed, rel_tol=1e-9)
+    assert notebook_usage["attributes"]["gputally.usage.owner.kind"] == "k8s.pod"
+    assert notebook_usage["attributes"]["k8s.statefulset.name"] == "jupyter-alice"
+    assert notebook_usage["attributes"]["hw.id"] == RECORDED_GPU
+    job_usage = usage[str(job)]
+    assert job_usage["allocated"] == job_usage["busy"] == job_usage["energy"] == 0
+    assert notebook_usage["energy"] > 0 and notebook_usage["idle"] == notebook_usage["allocated"]
+    assert job_usage["attributes"]["slurm.job.account"] == "physics"
+    assert "unallocated" not in usage  # the GPU always had its owner

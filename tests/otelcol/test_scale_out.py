@@ -35,6 +35,7 @@ from tests.otelcol.shapes import (
     h200_recording,
     override,
     prometheus_counters,
+    quiet,
     replay_requests,
     request_points,
     retimed,
@@ -117,6 +118,7 @@ async def test_two_replicas_share_the_load_and_one_can_go_away(
     finally:
         for replica in replicas:
             assert await asyncio.to_thread(replica.stop) == 0, replica.log_tail()
+    await quiet(out)  # the replicas' last usage counters, sent as they stopped
     code = await asyncio.to_thread(front.stop, 30.0)
     assert code == 0, f"the collector exited {code}:\n{front.log_tail()}"
 

@@ -11,6 +11,7 @@ node the GPU itself is attributed, idle or not: what the gateway shape cannot do
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +37,9 @@ from tests.otelcol.shapes import (
     replay_requests,
     request_points,
     resource_times,
+    quiet,
     shipped,
+    usage_at_backend,
     wait_until,
     warm_up,
 )
@@ -93,6 +96,7 @@ async def test_sidecar_attributes_the_gpu_and_its_processes_on_the_node(
     finally:
         assert await asyncio.to_thread(sidecar.stop) == 0, sidecar.log_tail()
         await kubelet_server.stop(None)
+    await quiet(out)
     assert await asyncio.to_thread(backend.stop) == 0, backend.log_tail()
 
     assert points_at(out, times, added=K8S_ADDED) == sent
@@ -111,4 +115,10 @@ async def test_sidecar_attributes_the_gpu_and_its_processes_on_the_node(
         assert process["gputally.k8s.attribution"] == "cgroup" and process["container.id"] == RECORDED_CONTAINER
     for process in slurm:  # on the notebook's GPU, yet not the notebook's
         assert process["gputally.k8s.attribution"] == "none" and "k8s.pod.name" not in process
+
+    # The shipped usage processor: the notebook pays for the whole observed time of its GPU.
+    usage = usage_at_backend(out)
+    notebook_usage = usage[f"{ns}/jupyter-alice-0"]
+    assert math.isclose(notebook_usage["allocated"], (max(times) - min(times)) / 1e9, rel_tol=1e-9)
+    assert notebook_usage["attributes"]["host.type"] == "p5en.48xlarge" and "unallocated" not in usage
 

@@ -21,33 +21,10 @@ from harness.otelcol.collector import Otelcol
 from harness.processes import free_port
 from harness.slurm.cluster import SlurmCluster
 
-from tests.otelcol.shapes import file_backend, file_resources, metrics_of, override, points_of, shipped, wait_until
+from tests.otelcol.shapes import USAGE_COUNTERS as COUNTERS
+from tests.otelcol.shapes import file_backend, file_resources, override, shipped, usage_at_backend, wait_until
 from tests.usage.scenario import placed, run_through_serve
 from tests.usage.series import GPU
-
-COUNTERS = {"gputally.usage.allocated.time": "allocated", "gputally.usage.busy.time": "busy",
-            "gputally.usage.idle.time": "idle", "gputally.usage.energy": "energy"}
-
-
-def usage_at_backend(out: Path) -> dict[str, dict[str, Any]]:
-    """owner id -> the newest value of each usage counter, and the owner's resource attributes."""
-    found: dict[str, dict[str, Any]] = {}
-    newest: dict[tuple[str, str], int] = {}
-    for attributes, rm in file_resources(out):
-        owner = attributes.get("gputally.usage.owner.id")
-        if owner is None:
-            continue
-        entry = found.setdefault(owner, {"attributes": attributes})
-        for metric in metrics_of(rm):
-            name = COUNTERS.get(metric["name"])
-            for point in points_of(metric) if name else ():
-                at = int(point["timeUnixNano"])
-                if at >= newest.get((owner, name), 0):
-                    newest[(owner, name)] = at
-                    entry[name] = float(point.get("asDouble", 0.0))
-                    entry["attributes"] = attributes
-    return found
-
 
 async def test_usage_counters_through_serve_with_k8s_and_slurm(
     otelcol: Callable[..., Otelcol], kube_cluster: KubeCluster, kube_admin: Any, kube_namespace: str,

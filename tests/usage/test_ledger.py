@@ -175,3 +175,19 @@ def test_max_owners_evicts_the_longest_unseen() -> None:
         book.settle(0.0)
     assert set(book.owners) == set(OWNERS[1:]) and book.evicted == 1
     assert OWNERS[0] not in book.devices["GPU-0"].accounts
+
+
+def test_an_older_sample_that_settles_after_a_newer_one_is_late() -> None:
+    """The newer sample arrived first and settled first: the older one must not be integrated
+    backwards (a negative interval), whatever its own settle deadline."""
+    book = Ledger(UsageConfig(settle=1.0), start_ns=0)
+    reading = DeviceReading(utilization=1.0, energy_j=None)
+    book.add(GPU, 100 * 10**9, reading, "", None, arrived=10.0)
+    book.add(GPU, 50 * 10**9, reading, "", None, arrived=10.5)
+    book.settle(11.0)  # only the first one is due
+    book.settle(11.6)
+    book.add(GPU, 110 * 10**9, reading, "", None, arrived=11.6)
+    book.settle(20.0)
+    device = book.devices[GPU]
+    assert device.observed == 10.0 and book.late == 1
+    assert all(a.allocated >= 0 and a.busy >= 0 for a in device.accounts.values())
