@@ -18,11 +18,11 @@ from typing import Any
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from gputally import __version__
+from gputally.otlp.values import set_any_value, set_attributes
 from gputally.probes.model import Attributes, AttrValue, Entity, Kind, LogEntry
 
 __all__ = ["SCOPE_NAME", "OtlpEncoder", "logs_request", "metrics_request"]
@@ -32,41 +32,6 @@ SCOPE_VERSION = __version__
 
 _INT64_MAX = 2**63 - 1
 _CUMULATIVE = metrics_pb2.AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
-
-
-def _set_value(target: AnyValue, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool):
-        target.bool_value = value
-    elif isinstance(value, int):
-        if -_INT64_MAX - 1 <= value <= _INT64_MAX:
-            target.int_value = value
-        else:
-            target.double_value = float(value)
-    elif isinstance(value, float):
-        target.double_value = value
-    elif isinstance(value, str):
-        target.string_value = value
-    elif isinstance(value, Mapping):
-        target.kvlist_value.SetInParent()
-        for key, item in value.items():
-            kv = target.kvlist_value.values.add()
-            kv.key = str(key)
-            _set_value(kv.value, item)
-    elif isinstance(value, list | tuple):
-        target.array_value.SetInParent()
-        for item in value:
-            _set_value(target.array_value.values.add(), item)
-    else:
-        target.string_value = str(value)
-
-
-def _attributes(target: Any, attributes: Iterable[tuple[str, Any]]) -> None:
-    for key, value in attributes:
-        kv = target.add()
-        kv.key = key
-        _set_value(kv.value, value)
 
 
 def _scope(target: Any, name: str) -> None:
@@ -90,7 +55,7 @@ class OtlpEncoder:
         blob = self._resources.get(key)
         if blob is None:
             resource = Resource()
-            _attributes(resource.attributes, key)
+            set_attributes(resource.attributes, key)
             blob = resource.SerializeToString()
             if len(self._resources) >= self._max_cached:
                 self._resources.clear()  # processes came and went: start again
@@ -101,7 +66,7 @@ class OtlpEncoder:
         blob = self._point_attributes.get(attributes)
         if blob is None:
             point = metrics_pb2.NumberDataPoint()
-            _attributes(point.attributes, attributes)
+            set_attributes(point.attributes, attributes)
             blob = point.SerializeToString()
             if len(self._point_attributes) >= self._max_cached:
                 self._point_attributes.clear()
@@ -164,8 +129,8 @@ class OtlpEncoder:
             record.severity_number = int(entry.severity)
             record.severity_text = entry.severity.name
             record.event_name = entry.event_name
-            _set_value(record.body, entry.body)
-            _attributes(record.attributes, entry.attributes.items())
+            set_any_value(record.body, entry.body)
+            set_attributes(record.attributes, entry.attributes.items())
         return request
 
 
