@@ -52,17 +52,32 @@ def _resource(attributes: tuple[tuple[str, Any], ...]) -> bytes:
     return bytes(resource.SerializeToString())
 
 
-def _sum(scope: Any, name: str, unit: str, start: int, now: int, value: float) -> Any:
+def _sum(scope: Any, name: str, unit: str, start: int, now: int, value: float, *, zero: bool = False) -> Any:
+    """A counter metric with one cumulative point; with ``zero``, first a 0 at the start time
+    (see `MetricsEmitter`)."""
     metric = scope.metrics.add(name=name, unit=unit)
     metric.sum.aggregation_temporality = _CUMULATIVE
     metric.sum.is_monotonic = True
-    return metric.sum.data_points.add(start_time_unix_nano=start, time_unix_nano=now, as_double=value)
+    if zero and start < now:
+        metric.sum.data_points.add(start_time_unix_nano=start, time_unix_nano=start, as_double=0.0)
+    metric.sum.data_points.add(start_time_unix_nano=start, time_unix_nano=now, as_double=value)
+    return metric
 
 
 class MetricsEmitter:
     """Builds the counters' requests, at most ``max_resources`` resources each (a backend's
     message limit is typically 4 MiB; 1,000 resources are about 0.8 MiB). Resource encodings are
-    kept while their attributes stay the same: between two emits, almost all of them do."""
+    kept while their attributes stay the same: between two emits, almost all of them do.
+
+    Two things keep a backend's per-series deltas whole (Prometheus' ``increase()``, or the
+    report's own arithmetic, never count a series' first sample):
+
+    * a counter's first emit also carries a 0 at its start time, so what it counted before that
+      first emit is an increase like any other (``announced`` on the account remembers it,
+      across restarts with ``storage``);
+    * when an owner's attributes change (its metadata arrived after its first emit), the counters
+      go out once more under the old attributes, with the current values, before the new series
+      begins: the old series ends where the new one starts."""
 
     def __init__(self, *, max_resources: int = 1000) -> None:
         self._max = max_resources
@@ -81,38 +96,52 @@ class MetricsEmitter:
             if len(request.resource_metrics) + len(device.accounts) + 1 > self._max and request.resource_metrics:
                 out.append(request)
                 request = ExportMetricsServiceRequest()
-            scope = self._scope(request, seen, ledger, None, hw_id, device)
-            _sum(scope, "gputally.usage.observed.time", "s", device.start_ns, now_ns, device.observed)
-            _sum(scope, "gputally.usage.unobserved.time", "s", device.start_ns, now_ns, device.unobserved)
+            for scope in self._scopes(request, seen, ledger, None, hw_id, device):
+                zero = not device.announced
+                _sum(scope, "gputally.usage.observed.time", "s", device.start_ns, now_ns, device.observed, zero=zero)
+                _sum(scope, "gputally.usage.unobserved.time", "s", device.start_ns, now_ns, device.unobserved,
+                     zero=zero)
+            device.announced = True
             for owner in sorted(device.accounts, key=lambda o: (o.kind, o.id)):
                 account = device.accounts[owner]
-                scope = self._scope(request, seen, ledger, owner, hw_id, device)
-                self._account(scope, ledger, device, account, now_ns, currency)
+                for scope in self._scopes(request, seen, ledger, owner, hw_id, device):
+                    self._account(scope, ledger, device, account, now_ns, currency)
+                account.announced = True
         if request.resource_metrics:
             out.append(request)
         self._resources = seen  # encodings of accounts that are gone go with them
         return out
 
-    def _scope(self, request: ExportMetricsServiceRequest, seen: dict[Any, Any], ledger: Ledger,
-               owner: Owner | None, hw_id: str, device: Device) -> Any:
+    def _scopes(self, request: ExportMetricsServiceRequest, seen: dict[Any, Any], ledger: Ledger,
+                owner: Owner | None, hw_id: str, device: Device) -> list[Any]:
+        """A scope to fill under the resource's attributes, after one under its previous
+        attributes when they changed since the last emit."""
         attributes = ledger.resource_of(owner, device)
         cached = self._resources.get((owner, hw_id))
+        blobs = []
         if cached is None or cached[0] != attributes:
+            if cached is not None:
+                blobs.append(cached[1])  # the old series' last value
             cached = (attributes, _resource(attributes))
         seen[(owner, hw_id)] = cached
-        rm = request.resource_metrics.add()
-        rm.resource.MergeFromString(cached[1])
-        scope = rm.scope_metrics.add()
-        scope.scope.name, scope.scope.version = SCOPE, __version__
-        return scope
+        blobs.append(cached[1])
+        scopes = []
+        for blob in blobs:
+            rm = request.resource_metrics.add()
+            rm.resource.MergeFromString(blob)
+            scope = rm.scope_metrics.add()
+            scope.scope.name, scope.scope.version = SCOPE, __version__
+            scopes.append(scope)
+        return scopes
 
     @staticmethod
     def _account(scope: Any, ledger: Ledger, device: Device, account: Account, now_ns: int, currency: str) -> None:
-        start = account.start_ns
+        start, zero = account.start_ns, not account.announced
         for name, unit, field in _COUNTERS:
-            _sum(scope, name, unit, start, now_ns, getattr(account, field))
-        point = _sum(scope, "gputally.usage.cost", "{cost}", start, now_ns, ledger.cost(device, account))
-        set_attributes(point.attributes, [(CURRENCY, currency)])
+            _sum(scope, name, unit, start, now_ns, getattr(account, field), zero=zero)
+        cost = _sum(scope, "gputally.usage.cost", "{cost}", start, now_ns, ledger.cost(device, account), zero=zero)
+        for point in cost.sum.data_points:
+            set_attributes(point.attributes, [(CURRENCY, currency)])
         peak = scope.metrics.add(name="gputally.usage.memory.peak", unit="By")
         peak.gauge.data_points.add(time_unix_nano=now_ns, as_double=account.peak_memory)
 

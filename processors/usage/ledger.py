@@ -57,6 +57,8 @@ class Account:
     """Sample time the current idle spell began (None: not idle)."""
     idle_kind: str = ""
     warned: bool = False
+    announced: bool = False
+    """Its counters have been sent once (with their 0 at the start time)."""
 
 
 @dataclass(slots=True)
@@ -78,6 +80,7 @@ class Device:
     limit: float | None = None
     observed: float = 0.0
     unobserved: float = 0.0
+    announced: bool = False
     accounts: dict[Owner, Account] = field(default_factory=dict)
     pending: dict[int, Sample] = field(default_factory=dict)
 

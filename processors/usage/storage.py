@@ -51,6 +51,7 @@ class LedgerFile:
                 hw_id: {
                     "start_ns": d.start_ns, "attributes": list(d.attributes), "last_ns": d.last_ns,
                     "energy": d.energy, "limit": d.limit, "observed": d.observed, "unobserved": d.unobserved,
+                    "announced": d.announced,
                     "accounts": [[o.kind, o.id, asdict(a)] for o, a in d.accounts.items()],
                 }
                 for hw_id, d in ledger.devices.items()
@@ -85,10 +86,11 @@ class LedgerFile:
                 device = Device(
                     start_ns=int(d["start_ns"]), attributes=_pairs(d["attributes"]), last_ns=d["last_ns"],
                     energy=d["energy"], limit=d["limit"], observed=float(d["observed"]),
-                    unobserved=float(d["unobserved"]),
+                    unobserved=float(d["unobserved"]), announced=bool(d.get("announced", False)),
                 )
                 for kind, owner_id, account in d["accounts"]:
-                    device.accounts[Owner(kind, owner_id)] = Account(**{k: account[k] for k in _ACCOUNT_FIELDS})
+                    device.accounts[Owner(kind, owner_id)] = Account(**{k: account[k] for k in _ACCOUNT_FIELDS
+                                                                         if k in account})
                 devices[str(hw_id)] = device
             owners = {
                 _owner(entry[:2]): OwnerState(

@@ -65,7 +65,7 @@ def counters_of(request: ExportMetricsServiceRequest) -> dict[str, dict[str, flo
         for sm in rm.scope_metrics:
             for metric in sm.metrics:
                 name = COUNTERS[metric.name]
-                point = getattr(metric, metric.WhichOneof("data")).data_points[0]
+                point = getattr(metric, metric.WhichOneof("data")).data_points[-1]
                 mine[name] = max(mine.get(name, 0.0), point.as_double) if name == "peak" else (
                     mine.get(name, 0.0) + point.as_double)
     return out
@@ -79,7 +79,7 @@ def gpu_counters(request: ExportMetricsServiceRequest) -> dict[str, dict[str, fl
         if "gputally.usage.owner.id" in resource:
             continue
         for metric in rm.scope_metrics[0].metrics:
-            out.setdefault(resource["hw.id"], {})[metric.name.rsplit(".", 2)[1]] = metric.sum.data_points[0].as_double
+            out.setdefault(resource["hw.id"], {})[metric.name.rsplit(".", 2)[1]] = metric.sum.data_points[-1].as_double
     return out
 
 

@@ -165,3 +165,42 @@ async def test_a_request_without_gpus_passes_unread() -> None:
     raw = batch.serialize()
     assert await metrics.process(batch) is batch and batch.serialize() == raw
     assert not metrics.runtime.ledger.devices
+
+
+def test_a_counters_first_emit_starts_at_zero_and_a_changed_owner_ends_its_old_series() -> None:
+    """What keeps per-series deltas whole in a backend: a 0 at the start time on the first emit,
+    and the old label set's last value when an owner's attributes grew."""
+    from gputally.processors.usage.emit import MetricsEmitter
+    from gputally.processors.usage.ledger import Ledger
+    from gputally.processors.usage.observe import DeviceReading
+    from gputally.processors.usage.owners import Owner
+
+    book = Ledger(usage.UsageConfig(settle=0), start_ns=0)
+    pod = Owner("k8s.pod", "ml/a")
+
+    def sample(t: int, attributes: tuple[tuple[str, Any], ...]) -> None:
+        book.add("GPU-0", t * 10**9, DeviceReading(utilization=1.0, allocation=((pod, attributes),),
+                                                     attributes=(("hw.id", "GPU-0"),)), "", None, arrived=0.0)
+        book.settle(0.0)
+
+    def busy_points(request: Any) -> list[tuple[tuple[tuple[str, str], ...], list[tuple[int, float]]]]:
+        out = []
+        for rm in request.resource_metrics:
+            attributes = tuple((kv.key, kv.value.string_value) for kv in rm.resource.attributes
+                               if kv.key.startswith("k8s."))
+            for metric in rm.scope_metrics[0].metrics:
+                if metric.name == "gputally.usage.busy.time":
+                    out.append((attributes, [(p.time_unix_nano, p.as_double) for p in metric.sum.data_points]))
+        return out
+
+    emitter = MetricsEmitter()
+    sample(10, ())
+    sample(20, ())
+    (first,) = emitter.requests(book, 100 * 10**9)
+    assert busy_points(first) == [((), [(10 * 10**9, 0.0), (100 * 10**9, 10.0)])]
+    sample(30, (("k8s.deployment.name", "trainer"),))  # the pod's metadata arrived
+    (second,) = emitter.requests(book, 200 * 10**9)
+    assert busy_points(second) == [((), [(200 * 10**9, 20.0)]),
+                                   ((("k8s.deployment.name", "trainer"),), [(200 * 10**9, 20.0)])]
+    (third,) = emitter.requests(book, 300 * 10**9)
+    assert busy_points(third) == [((("k8s.deployment.name", "trainer"),), [(300 * 10**9, 20.0)])]

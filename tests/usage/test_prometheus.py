@@ -39,3 +39,14 @@ async def test_prometheus_holds_the_usage_counters(
     # it has two series (README: query per owner id, or with increase()).
     cost = prometheus.query('count by (gputally_usage_owner_id) (gputally_usage_cost_total{gputally_usage_currency="USD"})')
     assert {r["metric"]["gputally_usage_owner_id"] for r in cost} - {"unattributed"} == set(want)
+
+    # Each counter series begins with a 0 at its start time, so a per-series delta over any range
+    # that holds the whole series is its whole count: what increase() and the report rely on.
+    (raw,) = prometheus.query(f'{NAMES["busy"]}{{gputally_usage_owner_id="{scene.namespace}/trainer-0"}}[30m]')
+    values = [float(v) for _, v in raw["values"]]
+    assert values[0] == 0.0 and math.isclose(values[-1], want[f"{scene.namespace}/trainer-0"]["busy"], rel_tol=1e-9)
+    increases = prometheus.query(f'sum by (gputally_usage_owner_id) (increase({NAMES["allocated"]}[30m]))')
+    for row in increases:  # increase() extrapolates a little past a series' last sample: close, not exact
+        owner = row["metric"]["gputally_usage_owner_id"]
+        if owner in want and want[owner]["allocated"]:
+            assert 1.0 <= float(row["value"][1]) / want[owner]["allocated"] < 1.2, (owner, row)
