@@ -18,20 +18,16 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
-import os
 import struct
 import sys
-import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gpu_node_request import GPUS  # noqa: E402
 
 STAMP = 1_795_977_093_000_000_000
 """The sample time gpu_node_request writes into every point; the load generator replaces it."""
@@ -46,34 +42,10 @@ def restamped(payload: bytes) -> Callable[[], bytes]:
 
 
 def throughput(args: argparse.Namespace) -> None:
-    from k8s_setup import FakeKubelet, cluster
-    from k8s_throughput import node_request, run, setup_pods
+    from k8s_throughput import interleaved
 
-    from gputally.otlp.census import census_metrics
-
-    control_plane = cluster()
-    with tempfile.TemporaryDirectory() as tmp:
-        socket = Path(tmp) / "kubelet.sock"
-        try:
-            ns, pods = setup_pods(control_plane.admin_client(), 10)
-            kubelet = FakeKubelet(socket, [
-                (ns, pods[g]["name"], "main", f"GPU-1e061ec2-3930-fe87-1e34-cb91101c1b{g:02d}") for g in range(GPUS)
-            ])
-            payload = node_request([(p["uid"], p["cid"]) for p in pods]).SerializeToString()
-            points = census_metrics(payload).items
-            scenarios = ["k8s (node mode)", "k8s (node mode) + usage"]
-            print(f"request: {points} points, {len(payload)} bytes, new sample time on every request; "
-                  f"{args.in_flight} in flight; {os.cpu_count()} CPUs; {args.seconds:.0f} s per scenario; "
-                  f"best of {args.rounds} round(s)")
-            best: dict[str, dict[str, Any]] = {}
-            for _ in range(args.rounds):
-                for name in scenarios:
-                    result = run(name, args, restamped(payload), points, control_plane.limited_kubeconfig, socket)
-                    if name not in best or result["points_per_cpu_s"] > best[name]["points_per_cpu_s"]:
-                        best[name] = result
-            kubelet.stop()
-        finally:
-            control_plane.stop()
+    scenarios = ["k8s (node mode)", "k8s (node mode) + usage"]
+    best = interleaved(scenarios, args, restamped, ", a new sample time on every request")
     print(f"{'scenario':28} {'accepted/s':>10} {'pts/CPU-s':>10} {'p50 ms':>7} {'p99 ms':>7} {'RSS MiB':>8} {'lost':>5}")
     for name in scenarios:
         r = best[name]
