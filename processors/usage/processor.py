@@ -146,6 +146,9 @@ class UsageProcessor(Processor):
         if not self._started:
             self._started = True
             self.runtime.acquire()
+            if self.signal is Signal.METRICS and not self.runtime.sends_events:
+                log.info("%s: in no logs pipeline: its idle and summary events are counted, not sent "
+                         "(list it in a logs pipeline to send them)", self.runtime.name)
 
     async def shutdown(self) -> None:
         if self._started:

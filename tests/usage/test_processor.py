@@ -88,11 +88,15 @@ async def test_data_passes_untouched_and_counters_follow_on_the_timer_and_at_shu
     assert math.isclose(last["ml/trainer-0"]["allocated"], 18.331705093, rel_tol=1e-6)  # every interval, at shutdown
 
 
-async def test_without_a_logs_pipeline_events_are_counted_not_kept(requests: list[Any]) -> None:
+async def test_without_a_logs_pipeline_events_are_counted_not_kept(
+    requests: list[Any], caplog: pytest.LogCaptureFixture,
+) -> None:
     telemetry = SelfTelemetry()
     context = ComponentContext(id="usage/x", telemetry=telemetry)
     metrics = usage.factory.create(usage.factory.parse({"idle_after": "2s", "settle": 0}), context, Signal.METRICS)
-    await metrics.start()
+    with caplog.at_level("INFO"):
+        await metrics.start()
+    assert "usage/x: in no logs pipeline" in caplog.text
     for request in requests:
         await metrics.process(Batch.decode(Signal.METRICS, request.SerializeToString()))
     await metrics.shutdown()
