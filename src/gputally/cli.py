@@ -1,4 +1,4 @@
-"""The ``gputally`` command line: ``serve``, ``validate``, ``explain-cgroup``, ``probe``, ``version``."""
+"""The ``gputally`` command line: ``serve``, ``validate``, ``explain-cgroup``, ``probe``, ``report``, ``version``."""
 
 from __future__ import annotations
 
@@ -50,10 +50,12 @@ def _cmd_default_config(args: argparse.Namespace) -> int:
 
 
 def _register_plugins(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Subcommands that live with their component (``probe``, ``explain-cgroup``)."""
+    """Subcommands that live with their component (``probe``, ``report``)."""
     from gputally.probes import cli as probe_cli
+    from gputally.report import cli as report_cli
 
     probe_cli.register(commands)
+    report_cli.register(commands)
 
 
 def build_parser() -> argparse.ArgumentParser:

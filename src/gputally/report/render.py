@@ -1,0 +1,214 @@
+"""Text for a terminal (80 columns), CSV and JSON, for the chargeback table and a workload's view.
+
+Terminal figures are rounded per column so that its largest value shows three significant
+digits (GPU-hours of a short replay and of a month both read well); CSV and JSON carry the
+unrounded figures, for scripts and spreadsheets. Units are in the names: ``*_gpu_hours``,
+``energy_kwh``, ``cost`` (with its currency).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from .table import Figures, Table
+from .timerange import Range, format_time
+from .workload import GIB, Workload
+
+__all__ = ["WIDTH", "table_csv", "table_json", "table_text", "workload_json", "workload_text"]
+
+WIDTH = 80
+
+
+def _decimals(values: Sequence[float], *, least: int = 1) -> int:
+    """Enough decimals for three significant digits of the largest value, at most 4."""
+    largest = max((abs(v) for v in values), default=0.0)
+    if largest == 0:
+        return least
+    return max(least, min(4, 2 - math.floor(math.log10(largest))))
+
+
+def _number(value: float, decimals: int) -> str:
+    return f"{value:,.{decimals}f}"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f}%"
+
+
+def _fit(text: str, width: int) -> str:
+    """Shortened in the middle (``t-a595…/trainer-0``): both ends of a name tell things apart."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return text[:width]
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def _grid(headers: Sequence[str], rows: Sequence[Sequence[str]], *, left: int, width: int = WIDTH) -> list[str]:
+    """Columns two spaces apart; the first ``left`` left-aligned and shrunk (widest first) to fit
+    ``width``, the rest right-aligned."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    excess = sum(widths) + 2 * (len(widths) - 1) - width
+    while excess > 0:
+        i = max(range(left), key=lambda j: widths[j], default=None)
+        if i is None or widths[i] <= max(8, len(headers[i])):
+            break
+        widths[i] -= 1
+        excess -= 1
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [_fit(c, widths[i]).ljust(widths[i]) if i < left else c.rjust(widths[i]) for i, c in enumerate(cells)]
+        return "  ".join(parts).rstrip()
+
+    return [line(headers), *(line(r) for r in rows)]
+
+
+def _cost_columns(currencies: Sequence[str]) -> list[str]:
+    return list(currencies) or ["cost"]
+
+
+def _costs(figures: Figures, currencies: Sequence[str]) -> list[float]:
+    return [figures.cost.get(c, 0.0) for c in currencies] or [0.0]
+
+
+_UNITS = "GPU-hours allocated, busy and idle; eff = busy / allocated; cost in {}"
+
+
+def _header(title: str, rng: Range) -> str:
+    return f"{title}, {format_time(rng.start)} to {format_time(rng.end)}"
+
+
+# -- the chargeback table ------------------------------------------------------------------------
+
+def table_text(table: Table, rng: Range) -> str:
+    everything = [*(r.figures for r in table.rows), table.total]
+    hours = _decimals([v for f in everything for v in (f.allocated_hours, f.busy_hours, f.idle_hours)])
+    kwh = _decimals([f.energy_kwh for f in everything])
+    money = _decimals([c for f in everything for c in _costs(f, table.currencies)], least=2)
+
+    def cells(label: str, f: Figures) -> list[str]:
+        return [label, _number(f.allocated_hours, hours), _number(f.busy_hours, hours), _percent(f.efficiency),
+                _number(f.idle_hours, hours), _number(f.energy_kwh, kwh),
+                *(_number(c, money) for c in _costs(f, table.currencies))]
+
+    headers = [table.by, "alloc h", "busy h", "eff", "idle h", "kWh", *_cost_columns(table.currencies)]
+    rows = [cells(r.label, r.figures) for r in table.rows] + [cells("TOTAL", table.total)]
+    lines = _grid(headers, rows, left=1)
+    rule = "-" * max(len(line) for line in lines)
+    return "\n".join([_header(f"GPU usage by {table.by}", rng),
+                      _UNITS.format(" and ".join(table.currencies) or "-"), "", lines[0], *lines[1:-1], rule,
+                      lines[-1]]) + "\n"
+
+
+def _figures_json(f: Figures) -> dict[str, Any]:
+    return {"gpus": len(f.gpus), "allocated_gpu_hours": f.allocated_hours, "busy_gpu_hours": f.busy_hours,
+            "efficiency": f.efficiency, "idle_gpu_hours": f.idle_hours, "energy_kwh": f.energy_kwh,
+            "cost": dict(sorted(f.cost.items()))}
+
+
+def table_json(table: Table, rng: Range) -> str:
+    body = {
+        "start": format_time(rng.start), "end": format_time(rng.end), "by": table.by, "currencies": table.currencies,
+        "rows": [{"label": r.label, **r.group, "special": r.special, **_figures_json(r.figures)} for r in table.rows],
+        "total": _figures_json(table.total),
+    }
+    return json.dumps(body, indent=2) + "\n"
+
+
+def table_csv(table: Table, rng: Range) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([*table.columns, "gpus", "allocated_gpu_hours", "busy_gpu_hours", "efficiency", "idle_gpu_hours",
+                     "energy_kwh", *(f"cost_{c}" for c in table.currencies)])
+
+    def values(f: Figures) -> list[Any]:
+        return [len(f.gpus), repr(f.allocated_hours), repr(f.busy_hours),
+                "" if f.efficiency is None else repr(f.efficiency), repr(f.idle_hours), repr(f.energy_kwh),
+                *(repr(f.cost.get(c, 0.0)) for c in table.currencies)]
+
+    for row in table.rows:
+        group = [row.label if row.special and v is None else v for v in row.group.values()]
+        writer.writerow([*group, *values(row.figures)])
+    writer.writerow(["TOTAL", *([""] * (len(table.columns) - 1)), *values(table.total)])
+    return out.getvalue()
+
+
+# -- one workload --------------------------------------------------------------------------------
+
+def _who(w: Workload) -> list[str]:
+    labels = w.labels
+    if w.kind == "slurm.job":
+        name = f" ({labels['slurm_job_name']})" if labels.get("slurm_job_name") else ""
+        cluster = f" on cluster {labels['slurm_cluster_name']}" if labels.get("slurm_cluster_name") else ""
+        who = "  ".join(f"{word} {labels[key]}" for word, key in
+                        (("user", "slurm_job_user"), ("account", "slurm_job_account"),
+                         ("partition", "slurm_job_partition")) if labels.get(key))
+        return [f"Slurm job {w.id}{name}{cluster}", *([f"  {who}"] if who else [])]
+    owner = ""
+    if labels.get("gputally_k8s_owner_kind"):
+        owner = f" ({labels['gputally_k8s_owner_kind']} {labels.get('gputally_k8s_owner_name', '?')})"
+    uid = f"  uid {labels['k8s_pod_uid']}" if labels.get("k8s_pod_uid") else ""
+    return [f"Pod {w.id}{owner}", *([uid] if uid else [])]
+
+
+def _span(first: float | None, last: float | None) -> str:
+    if first is None or last is None:
+        return "-"
+    seconds = last - first
+    length = f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else \
+        f"{seconds / 3600:.1f} h"
+    return f"{format_time(first)} to {format_time(last)} ({length})"
+
+
+def workload_text(w: Workload, rng: Range) -> str:
+    t = w.total
+    everything = [*(g.figures for g in w.gpus), t]
+    hours = _decimals([v for f in everything for v in (f.allocated_hours, f.busy_hours, f.idle_hours)])
+    kwh = _decimals([f.energy_kwh for f in everything])
+    money = _decimals([c for f in everything for c in _costs(f, w.currencies)], least=2)
+    costs = ", ".join(f"{_number(c, money)} {cur}" for c, cur in zip(_costs(t, w.currencies), w.currencies, strict=False))
+    head = [
+        *_who(w),
+        f"  hosts {', '.join(w.hosts) or '?'}",
+        f"  seen {_span(w.first_seen, w.last_seen)}",
+        f"  {len(w.gpus)} GPU{'' if len(w.gpus) == 1 else 's'}: {_number(t.allocated_hours, hours)} GPU-h allocated, "
+        f"{_number(t.busy_hours, hours)} busy ({_percent(t.efficiency)}), {_number(t.idle_hours, hours)} idle",
+        f"  {_number(t.energy_kwh, kwh)} kWh" + (f", cost {costs}" if costs else ""),
+    ]
+
+    def memory(g: Any) -> str:
+        peak = "?" if g.peak_memory is None else f"{g.peak_memory / GIB:.1f}"
+        limit = "?" if g.memory_limit is None else f"{g.memory_limit / GIB:.1f}"
+        return f"{peak}/{limit}"
+
+    rows = [[g.index or "?", g.model or "?", g.host or "?", _number(g.figures.allocated_hours, hours),
+             _percent(g.utilization), memory(g), _number(g.figures.energy_kwh, kwh),
+             *(_number(c, money) for c in _costs(g.figures, w.currencies))] for g in w.gpus]
+    headers = ["GPU", "model", "host", "alloc h", "util", "peak/GPU GiB", "kWh", *_cost_columns(w.currencies)]
+    grid = _grid(headers, rows, left=3)
+    notes = ["notes:", *(f"  - {n}" for n in w.notes)] if w.notes else ["notes: none"]
+    title = _header(f"usage of {w.kind} {w.id}", rng)
+    return "\n".join([title, "", *head, "", *grid, "", *notes]) + "\n"
+
+
+def workload_json(w: Workload, rng: Range) -> str:
+    body = {
+        "start": format_time(rng.start), "end": format_time(rng.end),
+        "owner_kind": w.kind, "owner_id": w.id,
+        "labels": dict(sorted(w.labels.items())),
+        "first_seen": None if w.first_seen is None else format_time(w.first_seen),
+        "last_seen": None if w.last_seen is None else format_time(w.last_seen),
+        "hosts": w.hosts,
+        "total": _figures_json(w.total),
+        "gpus": [{"hw_id": g.hw_id, "index": g.index, "model": g.model, "host": g.host, **_figures_json(g.figures),
+                  "utilization": g.utilization, "peak_memory_bytes": g.peak_memory,
+                  "memory_limit_bytes": g.memory_limit} for g in w.gpus],
+        "notes": w.notes,
+    }
+    return json.dumps(body, indent=2) + "\n"
