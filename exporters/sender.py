@@ -108,6 +108,12 @@ class QueuedExporter(Exporter):
     def ready(self) -> bool:
         return self._transport.ready
 
+    @property
+    def durable(self) -> bool:
+        """On disk (``sending_queue.storage``) or sent inline (queue off): either way ``export``
+        returns only once a crash can no longer lose the batch."""
+        return self._queue_settings.storage is not None or not self._queue_settings.enabled
+
     async def start(self) -> None:
         if self._started or self._closing:
             return

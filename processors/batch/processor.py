@@ -16,12 +16,24 @@ a larger one is refused (:class:`~gputally.errors.Refused`), so the hold never g
 
 ``process`` and ``flush`` never await, so on the one event loop each runs to completion
 and they cannot interleave halfway through a change to the buffer.
+
+Acknowledgement: by default a held request is acknowledged at once, as the Collector's batch
+processor does, so a crash loses what is held. When the pipeline's exporters keep their
+queues on disk it asks :meth:`~BatchProcessor.defer_acknowledgements`; from then on every
+held request gets a ticket, each piece of it carries the ticket, and the request's
+:meth:`~BatchProcessor.receipt` completes only when every piece has been handed on and the
+pipeline has settled (:meth:`~BatchProcessor.settle`) the batch that carried it:
+"acknowledged" then means "on disk". A refusal downstream fails the tickets of what the batch carried, so those
+senders retry instead of the data being dropped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import deque
+from collections.abc import Generator
+from typing import Any
 
 from gputally.errors import Refused
 from gputally.otlp.batch import Batch, Signal
@@ -38,6 +50,40 @@ _DRAIN_INTERVAL = 0.2
 """Seconds between flushes with ``timeout: 0`` and a max size (the Collector's default timeout)."""
 
 
+class _Ticket:
+    """One held request's acknowledgement: complete once every piece of it has been settled.
+
+    Awaitable any number of times, and never awaited is fine too (no warning): a sender that
+    was refused for another reason, or went away, leaves its ticket behind.
+    """
+
+    __slots__ = ("_done", "error", "parts")
+
+    def __init__(self) -> None:
+        self.parts = 0
+        self.error: BaseException | None = None
+        self._done = asyncio.Event()
+
+    def settle_part(self, error: BaseException | None) -> None:
+        if error is not None and self.error is None:
+            self.error = error
+        self.parts -= 1
+        if self.parts <= 0:
+            self._done.set()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        yield from self._done.wait().__await__()
+        error = self.error
+        if isinstance(error, Refused):
+            raise Refused(f"held data was not taken downstream: {error}", retry_after=error.retry_after) from error
+        if error is not None:
+            raise RuntimeError(f"held data was not taken downstream: {error!r}") from error
+
+
+_Piece = tuple[Batch, _Ticket | None]
+"""A held batch (a request, or a part of one) and the ticket of its request, if deferred."""
+
+
 class BatchProcessor(Processor):
     """Holds requests until ``send_batch_size`` items or ``timeout``, then hands them on as one."""
 
@@ -50,29 +96,47 @@ class BatchProcessor(Processor):
         # Parts of a cut request wait for the next call; with timeout 0 a timer still drains them.
         self.flush_interval = config.timeout if config.timeout > 0 else (_DRAIN_INTERVAL if self._max else None)
         self._retry_after = max(config.timeout, 0.1)
-        self._held: deque[Batch] = deque()
+        self._held: deque[_Piece] = deque()
         self._held_items = 0
         self._closed = False
+        self._deferred = False
+        self._receipts: dict[Batch, _Ticket] = {}
+        self._emitted: dict[Batch, list[_Ticket]] = {}
 
     @property
     def held_items(self) -> int:
         """Items waiting to be sent."""
         return self._held_items
 
+    def defer_acknowledgements(self) -> bool:
+        """Acknowledge each request only once all of it reached the exporters (see the module doc)."""
+        self._deferred = True
+        return True
+
+    def receipt(self, batch: Batch) -> _Ticket | None:
+        return self._receipts.pop(batch, None)
+
+    def settle(self, batch: Batch, error: BaseException | None) -> None:
+        for ticket in self._emitted.pop(batch, ()):
+            ticket.settle_part(error)
+
     async def process(self, batch: Batch) -> Batch | None:
+        ticket = _Ticket() if self._deferred else None
         if self._max and self._held_items >= self._full:
-            return self._swap(batch)
-        self._add(batch)
-        if self._closed or self._held_items >= self._trigger:
-            return self._take()
-        return None
+            out = self._swap(batch, ticket)
+        else:
+            self._add(batch, ticket)
+            out = self._emit(self._take()) if self._closed or self._held_items >= self._trigger else None
+        if ticket is not None:
+            self._receipts[batch] = ticket
+        return out
 
     async def flush(self) -> Batch | None:
         """One batch of what is held (at most ``send_batch_max_size`` items), or None.
 
         Call again until it returns None to drain everything (at shutdown).
         """
-        return self._take() if self._held else None
+        return self._emit(self._take()) if self._held else None
 
     async def shutdown(self) -> None:
         """From now on requests are sent on at once; what is held stays for :meth:`flush`."""
@@ -81,50 +145,59 @@ class BatchProcessor(Processor):
             if self._held_items:
                 logger.info("batch processor (%s) shutting down with %d items to flush", self.signal, self._held_items)
 
-    def _add(self, batch: Batch) -> None:
-        if self._max and batch.items > self._max:
-            parts = split.split(batch, self._max)
-            self._held.extend(parts)
-            self._held_items += sum(part.items for part in parts)
-        else:
-            self._held.append(batch)
-            self._held_items += batch.items
+    def _add(self, batch: Batch, ticket: _Ticket | None) -> None:
+        parts = split.split(batch, self._max) if self._max and batch.items > self._max else [batch]
+        for part in parts:
+            self._held.append((part, ticket))
+            self._held_items += part.items
+        if ticket is not None:
+            ticket.parts += len(parts)
 
-    def _swap(self, batch: Batch) -> Batch:
+    def _swap(self, batch: Batch, ticket: _Ticket | None) -> Batch:
         """With a full batch already waiting: send it and hold ``batch``, if that does not grow the hold."""
         out = self._take()
-        if batch.items > out.items:
-            self._held.appendleft(out)  # back in front, order kept
-            self._held_items += out.items
+        if batch.items > sum(piece.items for piece, _ in out):
+            self._held.extendleft(reversed(out))  # back in front, order kept
+            self._held_items = sum(piece.items for piece, _ in self._held)
             raise Refused(
                 f"batch processor still holds {self._held_items} items to send", retry_after=self._retry_after
             )
-        self._add(batch)
-        return out
+        self._add(batch, ticket)
+        return self._emit(out)
 
-    def _take(self) -> Batch:
-        """Join held batches from the front, up to the max size (filling it from the next batch)."""
+    def _take(self) -> list[_Piece]:
+        """Held pieces from the front, up to the max size (filling it from the next batch)."""
         limit = self._max or None
-        out: list[Batch] = []
+        out: list[_Piece] = []
         taken = 0
         while self._held:
-            head = self._held[0]
+            head, ticket = self._held[0]
             if out and limit is not None and taken + head.items > limit:
                 front, rest = _cut(head, limit - taken) if taken < limit else (None, head)
                 if front is not None:
-                    out.append(front)
+                    out.append((front, ticket))
                     taken += front.items
                     if rest is None:
                         self._held.popleft()
                     else:
-                        self._held[0] = rest
+                        self._held[0] = (rest, ticket)
+                        if ticket is not None:
+                            ticket.parts += 1  # one piece became two
                 break
             out.append(self._held.popleft())
             taken += head.items
         # Recounted rather than subtracted: a cut counts items per resource, and a drift
         # between that and a batch's own count must not leave phantom items behind.
-        self._held_items = sum(batch.items for batch in self._held)
-        return Batch.concat(out)
+        self._held_items = sum(piece.items for piece, _ in self._held)
+        return out
+
+    def _emit(self, pieces: list[_Piece]) -> Batch:
+        """The pieces joined into the batch to hand on; with deferral, remembers whose they were."""
+        batch = Batch.concat([piece for piece, _ in pieces])
+        tickets = [ticket for _, ticket in pieces if ticket is not None]
+        if tickets:
+            self._emitted[batch] = tickets
+        return batch
 
 
 def _cut(batch: Batch, room: int) -> tuple[Batch | None, Batch | None]:

@@ -24,6 +24,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from gputally.serve import load
 
     config = load(args.config)
+    for warning in config.warnings:
+        print(f"gputally: config warning: {warning}", file=sys.stderr)
     pipelines = ", ".join(sorted(config.service.pipelines))
     print(f"{args.config or '<embedded default>'}: valid ({pipelines})")
     return 0

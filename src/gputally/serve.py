@@ -80,6 +80,8 @@ def serve(config: Config, *, workers: int = 1) -> int:
     """Run until a signal arrives; returns the process exit code."""
     logs = config.service.telemetry.logs
     configure_logging(logs.level, logs.encoding)
+    for warning in config.warnings:
+        log.warning("config: %s", warning)
     if workers <= 1:
         asyncio.run(_serve(config, worker=None, reuse_port=False))
         return 0

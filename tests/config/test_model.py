@@ -98,3 +98,16 @@ def test_missing_sections() -> None:
 def test_embedded_default_is_valid(registry: Registry) -> None:
     config = load_config(default_config_text(), registry=registry, environ={})
     assert set(config.service.pipelines) == {"metrics", "logs", "traces"}
+
+
+def test_storage_beside_an_in_memory_queue_is_a_warning(registry: Registry) -> None:
+    config = load_config(TESTDATA / "mixed_durability.yaml", registry=registry, environ={})
+    assert config.warnings == (
+        "exporters.otlp/memory.sending_queue.storage: not set, but otlp's metrics also go to otlp/disk, otlp/inline "
+        "(on disk or sent inline): a crash loses what otlp/memory queued in memory after the sender was acknowledged",
+    )
+
+
+def test_the_shipped_configs_carry_no_durability_warning(registry: Registry) -> None:
+    assert load_config(default_config_text(), registry=registry, environ={}).warnings == ()
+    assert load_config(TESTDATA / "full.yaml", registry=registry, environ={"GPUTALLY_TEST_TOKEN": "x"}).warnings == ()

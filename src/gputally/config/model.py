@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from gputally.config.loader import format_path, load_yaml
-from gputally.config.types import Duration, Strict
+from gputally.config.types import Duration, QueueSettings, Strict
 from gputally.errors import ConfigError
 from gputally.otlp.batch import Signal
 from gputally.pipeline.component import Factory
@@ -82,6 +82,9 @@ class Config:
     exporters: dict[str, Component]
     extensions: dict[str, BaseModel]
     service: ServiceConfig
+    warnings: tuple[str, ...] = ()
+    """Valid but risky combinations, one line each naming the key (``validate`` prints them,
+    ``serve`` logs them at start)."""
 
     def pipeline_signal(self, pipeline_id: str) -> Signal:
         return Signal(pipeline_id.split("/", 1)[0])
@@ -177,7 +180,43 @@ def validate(document: dict[str, Any], registry: Registry) -> Config:
             _check_authenticators(section, (kind, component_id), top.extensions, problems)
     if problems:
         raise ConfigError(problems)
-    return Config(receivers, processors, exporters, extensions, top.service)
+    warnings = _durability_warnings(top.service, exporters)
+    return Config(receivers, processors, exporters, extensions, top.service, tuple(warnings))
+
+
+def _durable(component: Component) -> bool | None:
+    """Whether an exporter keeps what it acknowledged across a crash (queue on disk, or no
+    queue: sent before the request is answered); None for exporters without a sending queue."""
+    queue = getattr(component.config, "sending_queue", None)
+    if not isinstance(queue, QueueSettings):
+        return None
+    return queue.storage is not None or not queue.enabled
+
+
+def _durability_warnings(service: ServiceConfig, exporters: dict[str, Component]) -> list[str]:
+    """Combinations that can still lose acknowledged data in a crash although storage is set.
+
+    A request is acknowledged once every pipeline of its receiver took it. When some of the
+    exporters it reaches keep their queue on disk and others in memory, a crash loses what the
+    in-memory ones hold although the sender was told it was kept: worth a warning.
+    """
+    warnings: list[str] = []
+    reached: dict[tuple[str, str], set[str]] = {}
+    for pipeline_id, pipeline in service.pipelines.items():
+        signal = pipeline_id.split("/", 1)[0]
+        for receiver_id in pipeline.receivers:
+            reached.setdefault((receiver_id, signal), set()).update(pipeline.exporters)
+    for (receiver_id, signal), exporter_ids in sorted(reached.items()):
+        durable = sorted(e for e in exporter_ids if e in exporters and _durable(exporters[e]) is True)
+        volatile = sorted(e for e in exporter_ids if e in exporters and _durable(exporters[e]) is False)
+        if durable and volatile:
+            for exporter_id in volatile:
+                line = (f"exporters.{exporter_id}.sending_queue.storage: not set, but {receiver_id}'s {signal} also go "
+                        f"to {', '.join(durable)} (on disk or sent inline): a crash loses what {exporter_id} queued in memory "
+                        "after the sender was acknowledged")
+                if line not in warnings:
+                    warnings.append(line)
+    return warnings
 
 
 def _check_authenticators(

@@ -16,7 +16,7 @@ entry-point group ``gputally.processors``::
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -102,6 +102,31 @@ class Processor(Component):
         processor's counters): this is the one call that says it is now or never."""
         return await self.flush()
 
+    # -- acknowledgement: only processors that hold requests past process() need these ------
+
+    def defer_acknowledgements(self) -> bool:
+        """Asked once, before :meth:`start`, by a pipeline whose exporters keep what they take
+        across a crash (``sending_queue.storage``): from now on, may a request be acknowledged
+        only once everything of it this processor held has reached them?
+
+        A processor that holds data answers True and from then on hands out a :meth:`receipt`
+        for each request it holds and learns each outcome through :meth:`settle`. The default,
+        False, is right for processors that never hold a request (they return it, changed or
+        not, from :meth:`process`)."""
+        return False
+
+    def receipt(self, batch: Batch) -> Awaitable[None] | None:
+        """For ``batch``, just given to :meth:`process`: what completes once all of it that was
+        held has been handed on and settled, raising :class:`~gputally.errors.Refused` when
+        downstream refused it. None when nothing of it is held. Asked only after
+        :meth:`defer_acknowledgements` said True, right after :meth:`process` returned."""
+        return None
+
+    def settle(self, batch: Batch, error: BaseException | None) -> None:
+        """The outcome of a batch this processor handed on (from :meth:`process` or
+        :meth:`flush`): ``None`` once the rest of the pipeline took it, else why it did not.
+        Called only after :meth:`defer_acknowledgements` said True."""
+
 
 class Exporter(Component):
     """Sends batches to a backend through its own bounded queue.
@@ -117,6 +142,13 @@ class Exporter(Component):
     def ready(self) -> bool:
         """True once the backend has been reached (or when there is none to reach)."""
         return True
+
+    @property
+    def durable(self) -> bool:
+        """True when :meth:`export` returns only once the batch would survive a crash of this
+        process (written to disk, or delivered). Pipelines then acknowledge a request only
+        after what processors held of it has been exported."""
+        return False
 
 
 ConfigT = TypeVar("ConfigT", bound=Strict)

@@ -3,6 +3,12 @@
 Data flows one way. A processor returns the batch to pass on; the pipeline, not the
 processor, carries it to the next stage, and the pipeline's own timers collect what
 processors hold (``flush_interval``) and carry it on from there.
+
+Acknowledgement: a request is acknowledged when :meth:`Pipeline.consume` returns. When an
+exporter of the pipeline is durable (its queue is on disk), processors that hold requests
+are asked to defer acknowledgements; ``consume`` then also waits for the receipt of what a
+processor held, which completes once that data has been exported (or fails with the
+refusal that stopped it), so an acknowledged request is one a ``kill -9`` cannot lose.
 """
 
 from __future__ import annotations
@@ -42,13 +48,20 @@ class Pipeline:
         self._exporters = [exporter for _, exporter in exporters]
         self._flushers: list[asyncio.Task[None]] = []
         self._failed_once: set[str] = set()
+        self.durable = any(exporter.durable for exporter in self._exporters)
+        """Whether acknowledged data survives a crash: processors that hold data then defer
+        acknowledgements until it reached the exporters."""
+        self._deferring = frozenset(
+            index for index, stage in enumerate(stages) if self.durable and stage.processor.defer_acknowledgements()
+        )
 
     async def consume(self, batch: Batch) -> None:
         """Process and export ``batch``; raises Refused when a stage pushes back."""
         await self._run(batch, 0)
 
     async def _run(self, batch: Batch, first: int) -> None:
-        for stage in self.stages[first:]:
+        for index in range(first, len(self.stages)):
+            stage = self.stages[index]
             stage.metrics.incoming[self.signal].inc(batch.items)
             started = time.perf_counter()
             try:
@@ -61,11 +74,29 @@ class Pipeline:
                 result = batch
             finally:
                 stage.metrics.seconds.inc(time.perf_counter() - started)
+            deferring = index in self._deferring
+            receipt = stage.processor.receipt(batch) if deferring else None
+            if result is not None:
+                stage.metrics.outgoing[self.signal].inc(result.items)
+                if deferring:
+                    await self._carry(index, result)
+                    result = None
+            if receipt is not None:
+                await receipt  # what the stage held of this request has been exported
             if result is None:
                 return
             batch = result
-            stage.metrics.outgoing[self.signal].inc(batch.items)
         await self._export(batch)
+
+    async def _carry(self, index: int, batch: Batch) -> None:
+        """Run ``batch`` through the stages after ``index`` and tell that stage the outcome."""
+        processor = self.stages[index].processor
+        try:
+            await self._run(batch, index + 1)
+        except BaseException as exc:
+            processor.settle(batch, exc)
+            raise
+        processor.settle(batch, None)
 
     async def _export(self, batch: Batch) -> None:
         if len(self._exporters) == 1:
@@ -104,9 +135,13 @@ class Pipeline:
         while held is not None:
             stage.metrics.outgoing[self.signal].inc(held.items)
             try:
-                await self._run(held, index + 1)
+                if index in self._deferring:
+                    await self._carry(index, held)
+                else:
+                    await self._run(held, index + 1)
             except Refused as exc:
-                # Nobody upstream can retry held data; the exporter has counted what it dropped.
+                # Deferred: the senders waiting on this data are refused and retry it. Otherwise
+                # nobody upstream can retry held data; the exporter has counted what it dropped.
                 log.debug("flushed data from %s refused downstream: %s", stage.id, exc)
             held = await stage.processor.flush()
 
