@@ -17,7 +17,8 @@ __all__ = ["main"]
 def _cmd_serve(args: argparse.Namespace) -> int:
     from gputally.serve import load, serve
 
-    return serve(load(args.config), workers=args.workers)
+    # With --workers, this checks the config as worker 0 sees it before anything forks.
+    return serve(load(args.config, worker=0 if args.workers > 1 else None), workers=args.workers, path=args.config)
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:

@@ -12,10 +12,11 @@ from pathlib import Path
 
 from gputally.admin import AdminServer
 from gputally.config.model import Config, load_config
+from gputally.errors import ConfigError
 from gputally.logs import configure_logging
 from gputally.pipeline.service import Service
 
-__all__ = ["default_config_text", "load", "serve"]
+__all__ = ["WORKER_VARIABLE", "default_config_text", "load", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +25,23 @@ def default_config_text() -> str:
     return resources.files("gputally.config").joinpath("default.yaml").read_text()
 
 
-def load(path: Path | None) -> Config:
-    """The config at ``path``, or the embedded default."""
-    return load_config(path if path is not None else default_config_text())
+WORKER_VARIABLE = "GPUTALLY_WORKER"
+"""Set to the worker's number (``0`` without ``--workers``) before the config is expanded, so a
+config can give each worker its own queue directory (``queue-${env:GPUTALLY_WORKER}``)."""
+
+
+def load(path: Path | None, *, worker: int | None = None) -> Config:
+    """The config at ``path``, or the embedded default, expanded as worker ``worker`` sees it.
+
+    ``GPUTALLY_WORKER`` is the worker's number; with ``worker=None`` (one process, and
+    ``validate``) it keeps its value from the environment, and is ``0`` when unset.
+    """
+    environ = dict(os.environ)
+    if worker is not None:
+        environ[WORKER_VARIABLE] = str(worker)
+    else:
+        environ.setdefault(WORKER_VARIABLE, "0")
+    return load_config(path if path is not None else default_config_text(), environ=environ)
 
 
 async def _serve(config: Config, *, worker: int | None, reuse_port: bool) -> None:
@@ -76,33 +91,45 @@ def _listening(service: Service, admin: AdminServer | None) -> list[str]:
     return lines
 
 
-def serve(config: Config, *, workers: int = 1) -> int:
-    """Run until a signal arrives; returns the process exit code."""
+def serve(config: Config, *, workers: int = 1, path: Path | None = None) -> int:
+    """Run until a signal arrives; returns the process exit code.
+
+    ``config`` is the config as loaded by :func:`load` (for ``--workers``: as worker 0 sees
+    it, which checks it before anything forks); each worker loads ``path`` again with its own
+    ``GPUTALLY_WORKER``.
+    """
     logs = config.service.telemetry.logs
     configure_logging(logs.level, logs.encoding)
     for warning in config.warnings:
         log.warning("config: %s", warning)
     if workers <= 1:
+        os.environ.setdefault(WORKER_VARIABLE, "0")
         asyncio.run(_serve(config, worker=None, reuse_port=False))
         return 0
-    return _serve_workers(config, workers)
+    return _serve_workers(path, workers)
 
 
-def _serve_workers(config: Config, workers: int) -> int:
+def _serve_workers(path: Path | None, workers: int) -> int:
     """Fork ``workers`` processes sharing the listening ports through SO_REUSEPORT.
 
     The kernel spreads connections (not requests) across processes, so senders need
     several connections for the load to spread. Each worker is a complete service with
     its own queues: give each persistent queue its own directory
-    (``storage: /var/lib/gputally/queue-${env:GPUTALLY_WORKER}``).
+    (``storage: /var/lib/gputally/queue-${env:GPUTALLY_WORKER}``). Each worker expands the
+    config itself, after ``GPUTALLY_WORKER`` is set to its number.
     """
     children: dict[int, int] = {}
     for worker in range(workers):
         pid = os.fork()
         if pid == 0:
-            os.environ["GPUTALLY_WORKER"] = str(worker)
+            os.environ[WORKER_VARIABLE] = str(worker)
             try:
+                config = load(path, worker=worker)
                 asyncio.run(_serve(config, worker=worker, reuse_port=True))
+            except ConfigError as exc:
+                sys.stderr.write("".join(f"gputally: worker {worker}: config error: {p}\n" for p in exc.problems))
+                sys.stderr.flush()
+                os._exit(2)
             except BaseException:
                 log.exception("worker %d failed", worker)
                 os._exit(1)
@@ -127,6 +154,6 @@ def _serve_workers(config: Config, workers: int) -> int:
         exit_code = os.waitstatus_to_exitcode(code)
         if exit_code != 0:
             log.error("worker %d exited with %d; stopping the others", worker, exit_code)
-            status = 1
+            status = 2 if exit_code == 2 else max(status, 1)  # 2: a config error, as without --workers
             forward(signal.SIGTERM, None)
     return status
