@@ -14,7 +14,7 @@ from typing import Any
 from gputally.auth import BearerTokenAuth
 from gputally.errors import InvalidRequest, Refused
 from gputally.otlp.batch import RESPONSE_TYPES, Batch, Signal
-from gputally.pipeline.component import Consumer
+from gputally.pipeline.component import Consumer, ProcessorFailed
 from gputally.telemetry import ReceiverMetrics
 
 from .status import Failure
@@ -73,6 +73,9 @@ class Intake:
             await self._consumers[signal].consume(batch)
         except (InvalidRequest, Refused) as exc:
             return self.refuse(signal, Failure.from_error(exc), batch.items if batch is not None else 0)
+        except ProcessorFailed:
+            # A processor whose failure policy is "refuse": the pipeline logged the cause once.
+            return self.refuse(signal, Failure.internal(), batch.items if batch is not None else 0)
         except Exception:
             log.exception("%s: unexpected error while handling a %s export request", self._name, signal)
             return self.refuse(signal, Failure.internal(), batch.items if batch is not None else 0)

@@ -37,7 +37,7 @@ from typing import Any
 
 from gputally.errors import Refused
 from gputally.otlp.batch import Batch, Signal
-from gputally.pipeline.component import ComponentContext, Processor
+from gputally.pipeline.component import ComponentContext, Processor, ProcessorFailed
 
 from . import split
 from .config import BatchConfig
@@ -76,6 +76,8 @@ class _Ticket:
         error = self.error
         if isinstance(error, Refused):
             raise Refused(f"held data was not taken downstream: {error}", retry_after=error.retry_after) from error
+        if isinstance(error, ProcessorFailed):
+            raise ProcessorFailed(str(error)) from error
         if error is not None:
             raise RuntimeError(f"held data was not taken downstream: {error!r}") from error
 

@@ -161,3 +161,8 @@ class FilterConfig(Strict):
     """Filters log records."""
     spans: SpanFilter = SpanFilter()
     """Filters spans."""
+    on_failure: Literal["refuse", "drop"] = "refuse"
+    """When the filter itself fails on a batch (a bug): ``refuse`` answers the sender with an
+    internal error (HTTP 500, gRPC INTERNAL; not retried), ``drop`` drops the batch and
+    acknowledges it. Either way nothing that was meant to be filtered is passed on, and the
+    items are counted in ``gputally_processor_failed_items_total``."""

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gputally.otlp.batch import Batch, Signal
-from gputally.pipeline.component import ComponentContext, Processor
+from gputally.pipeline.component import ComponentContext, FailurePolicy, Processor
 
 from .config import (
     AttributeMatch,
@@ -157,6 +157,8 @@ class FilterProcessor(Processor):
 
     def __init__(self, config: FilterConfig, *, signal: Signal) -> None:
         self.signal = signal
+        # Never pass data on unfiltered: what was meant to be dropped would leak.
+        self.on_failure = FailurePolicy(config.on_failure)
         self._layout = _LAYOUT[signal]
         sections: dict[Signal, MetricFilter | LogFilter | SpanFilter] = {
             Signal.METRICS: config.metrics,

@@ -16,12 +16,13 @@ entry-point group ``gputally.processors``::
 from __future__ import annotations
 
 import abc
+import enum
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from gputally.config.types import AuthSettings, Strict
-from gputally.errors import ConfigError
+from gputally.errors import ConfigError, GputallyError
 from gputally.otlp.batch import Batch, Signal
 
 if TYPE_CHECKING:
@@ -34,12 +35,36 @@ __all__ = [
     "ComponentContext",
     "Consumer",
     "Exporter",
+    "FailurePolicy",
     "Factory",
     "Processor",
+    "ProcessorFailed",
     "Receiver",
 ]
 
 ALL_SIGNALS = frozenset(Signal)
+
+
+class FailurePolicy(enum.StrEnum):
+    """What happens to a batch when a processor raises on it (see :attr:`Processor.on_failure`).
+
+    Whatever the policy, the pipeline logs the first failure of each processor with its
+    traceback and counts every batch's items in ``gputally_processor_failed_items_total``
+    labelled with the outcome (``passed``, ``dropped``, ``refused``).
+    """
+
+    PASS = "pass"
+    """Hand the batch on as it came in: nothing is lost, nothing is added."""
+    DROP = "drop"
+    """Drop the batch; the sender is acknowledged (the data was meant to be dropped anyway)."""
+    REFUSE = "refuse"
+    """Answer the sender with an internal error (HTTP 500 / gRPC INTERNAL, not retried):
+    nothing is passed on, and the sender knows its data was not taken."""
+
+
+class ProcessorFailed(GputallyError):
+    """A processor whose policy is ``REFUSE`` raised: the request is answered as an internal
+    error. The pipeline has already logged the cause."""
 
 
 class Component(abc.ABC):
@@ -87,6 +112,12 @@ class Processor(Component):
 
     flush_interval: float | None = None
     """When set, the pipeline calls :meth:`flush` this often (seconds) and sends on its result."""
+
+    on_failure: FailurePolicy = FailurePolicy.PASS
+    """What the pipeline does with a batch when :meth:`process` raises (a bug, not
+    :class:`~gputally.errors.Refused`). ``PASS`` suits processors that only add or reshape
+    (attribution: data without its attributes beats no data); a processor whose job is to
+    remove data (``filter``) must never pass it on unprocessed and says ``REFUSE`` or ``DROP``."""
 
     @abc.abstractmethod
     async def process(self, batch: Batch) -> Batch | None: ...

@@ -16,17 +16,38 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter
 
 from gputally.errors import Refused
 from gputally.otlp.batch import Batch, Signal
-from gputally.pipeline.component import Exporter, Processor
+from gputally.pipeline.component import Exporter, FailurePolicy, Processor, ProcessorFailed
 from gputally.telemetry import ProcessorMetrics
 from gputally.util.tasks import supervised
 
-__all__ = ["FanOut", "Pipeline", "Stage"]
+__all__ = ["FanOut", "Pipeline", "Stage", "failures_counter"]
 
 log = logging.getLogger(__name__)
+
+_OUTCOMES = {FailurePolicy.PASS: "passed", FailurePolicy.DROP: "dropped", FailurePolicy.REFUSE: "refused"}
+_FAILURES: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
+
+
+def failures_counter(registry: CollectorRegistry) -> Counter:
+    """``gputally_processor_failed_items_total{processor, signal, outcome}`` in ``registry``
+    (one family per registry, shared by its pipelines)."""
+    family = _FAILURES.get(registry)
+    if family is None:
+        family = Counter(
+            "gputally_processor_failed_items",
+            "Items of batches a processor raised on, by what its failure policy did with them.",
+            ["processor", "signal", "outcome"],
+            registry=registry,
+        )
+        _FAILURES[registry] = family
+    return family
 
 
 @dataclass(frozen=True)
@@ -41,8 +62,18 @@ class Stage:
 class Pipeline:
     """Runs batches of one signal through processors and hands them to exporters."""
 
-    def __init__(self, pipeline_id: str, signal: Signal, stages: list[Stage], exporters: list[tuple[str, Exporter]]) -> None:
+    def __init__(
+        self,
+        pipeline_id: str,
+        signal: Signal,
+        stages: list[Stage],
+        exporters: list[tuple[str, Exporter]],
+        *,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        """``registry``: where ``gputally_processor_failed_items_total`` is counted (the service's)."""
         self.id = pipeline_id
+        self._failures = failures_counter(registry or CollectorRegistry())
         self.signal = signal
         self.stages = stages
         self._exporters = [exporter for _, exporter in exporters]
@@ -69,9 +100,7 @@ class Pipeline:
             except Refused:
                 raise
             except Exception:
-                # A processor bug must not lose data: pass the batch on as it is and say so once.
-                self._report_failure(stage.id)
-                result = batch
+                result = self._failed(stage, batch)  # the processor's policy: pass, drop or refuse
             finally:
                 stage.metrics.seconds.inc(time.perf_counter() - started)
             deferring = index in self._deferring
@@ -109,10 +138,20 @@ class Pipeline:
             if isinstance(result, BaseException):
                 raise result
 
-    def _report_failure(self, stage_id: str) -> None:
-        if stage_id not in self._failed_once:
-            self._failed_once.add(stage_id)
-            log.exception("processor %s failed in pipeline %s; passing data on unprocessed", stage_id, self.id)
+    def _failed(self, stage: Stage, batch: Batch) -> Batch | None:
+        """Apply the failed processor's :class:`FailurePolicy` to ``batch`` (called in ``except``)."""
+        policy = FailurePolicy(stage.processor.on_failure)
+        outcome = _OUTCOMES[policy]
+        self._failures.labels(processor=stage.id, signal=self.signal.value, outcome=outcome).inc(batch.items)
+        if stage.id not in self._failed_once:  # the traceback once; every batch is counted
+            self._failed_once.add(stage.id)
+            log.exception("processor %s failed in pipeline %s; its policy is %r: data %s (logged once, counted in "
+                          "gputally_processor_failed_items_total)", stage.id, self.id, policy.value, outcome)
+        if policy is FailurePolicy.PASS:
+            return batch
+        if policy is FailurePolicy.DROP:
+            return None
+        raise ProcessorFailed(f"processor {stage.id} failed; the data was not taken")
 
     async def start(self) -> None:
         """Start the flush timers of processors that hold data."""

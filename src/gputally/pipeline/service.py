@@ -71,7 +71,9 @@ class Service:
                 self._processors.append(processor)
                 stages.append(Stage(processor_id, processor, self.telemetry.for_processor(processor_id)))
             exporters = [(e, self.exporters[e]) for e in pipeline_config.exporters]
-            self.pipelines[pipeline_id] = Pipeline(pipeline_id, signal, stages, exporters)
+            self.pipelines[pipeline_id] = Pipeline(
+                pipeline_id, signal, stages, exporters, registry=self.telemetry.registry
+            )
 
         self.receivers: dict[str, Receiver] = {}
         for receiver_id, component in config.receivers.items():
