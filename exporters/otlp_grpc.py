@@ -24,6 +24,7 @@ from grpc_status import rpc_status
 
 from gputally import __version__
 from gputally.auth import BearerTokenAuth
+from gputally.config.files import read_input_file
 from gputally.config.types import ClientTLSSettings, RetrySettings
 from gputally.errors import ConfigError, ExportError, PermanentExportError, TransientExportError
 from gputally.exporters.config import OTLPGrpcConfig
@@ -80,19 +81,17 @@ def translate(error: grpc.aio.AioRpcError) -> ExportError:
     return PermanentExportError(message)
 
 
-def _read(path: Path | None) -> bytes | None:
-    return None if path is None else path.read_bytes()
+def _read(path: Path | None, key: str) -> bytes | None:
+    """A regular file of at most 1 MiB (never a device read without end), or None."""
+    return None if path is None else read_input_file(path, key=key)
 
 
 def _credentials(tls: ClientTLSSettings) -> grpc.ChannelCredentials:
-    try:
-        return grpc.ssl_channel_credentials(
-            root_certificates=_read(tls.ca_file),
-            private_key=_read(tls.key_file),
-            certificate_chain=_read(tls.cert_file),
-        )
-    except OSError as exc:
-        raise ConfigError(f"tls: cannot read {exc.filename}: {exc.strerror}") from exc
+    return grpc.ssl_channel_credentials(
+        root_certificates=_read(tls.ca_file, "tls.ca_file"),
+        private_key=_read(tls.key_file, "tls.key_file"),
+        certificate_chain=_read(tls.cert_file, "tls.cert_file"),
+    )
 
 
 class GrpcTransport:

@@ -27,8 +27,9 @@ from google.rpc import status_pb2
 
 from gputally import __version__
 from gputally.auth import BearerTokenAuth
+from gputally.config.files import check_input_file
 from gputally.config.types import ClientTLSSettings
-from gputally.errors import InvalidRequest, PermanentExportError, TransientExportError
+from gputally.errors import ConfigError, InvalidRequest, PermanentExportError, TransientExportError
 from gputally.otlp import json as otlp_json
 from gputally.exporters.config import OTLPHttpConfig
 from gputally.exporters.env import Target, resolve_http
@@ -134,6 +135,7 @@ class HttpTransport:
             return
         for target in self._targets.values():
             if not target.tls.insecure and target.tls not in self._ssl:
+                _check_tls_files(target.tls)  # never hand OpenSSL a directory or a device to read
                 self._ssl[target.tls] = await asyncio.to_thread(client_ssl_context, target.tls)
         self._session = aiohttp.ClientSession(headers={"User-Agent": f"gputally/{__version__}"})
         self._probes = [
@@ -248,3 +250,13 @@ factory: Factory[OTLPHttpConfig] = Factory(
     config=OTLPHttpConfig,
     create=lambda config, context: create_exporter(config, context, environ=os.environ),
 )
+
+
+def _check_tls_files(tls: ClientTLSSettings) -> None:
+    problems = [
+        problem
+        for key, path in (("tls.ca_file", tls.ca_file), ("tls.cert_file", tls.cert_file), ("tls.key_file", tls.key_file))
+        if path is not None and (problem := check_input_file(path, key=key)) is not None
+    ]
+    if problems:
+        raise ConfigError(problems)

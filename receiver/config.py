@@ -81,8 +81,9 @@ class HTTPSettings(Strict):
 
     endpoint: str = "localhost:4318"
     """``host:port`` to listen on (``0.0.0.0:4318`` for every interface)."""
-    max_request_body_size: int = Field(16 * _MIB, ge=1)
-    """Largest request body accepted, in bytes, both as sent and after decompression; larger ones get 413."""
+    max_request_body_size: int = Field(16 * _MIB, ge=1, le=1024 * _MIB)
+    """Largest request body accepted, in bytes, both as sent and after decompression; larger ones get 413.
+    At most 1 GiB: a request is held in memory whole."""
     tls: ServerTLSSettings | None = None
     """Serve HTTPS (and demand client certificates when ``client_ca_file`` is set); plain HTTP when unset."""
     auth: AuthSettings | None = None

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 
+from gputally.config.files import read_input_file
 from gputally.config.types import ServerTLSSettings
 from gputally.errors import ConfigError
 
@@ -60,7 +61,5 @@ class ServerTLS:
 
 
 def _read(path: Path, key: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{key}: cannot read {path}: {exc.strerror}") from exc
+    """A regular file of at most 1 MiB: a directory or a device (``/dev/zero``) is a ConfigError."""
+    return read_input_file(path, key=key)

@@ -22,9 +22,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from gputally.serve import load
+    from gputally.serve import check_files, load
 
     config = load(args.config)
+    check_files(config)  # what serve would refuse at start: TLS and token files
     for warning in config.warnings:
         print(f"gputally: config warning: {warning}", file=sys.stderr)
     pipelines = ", ".join(sorted(config.service.pipelines))

@@ -11,12 +11,13 @@ from importlib import resources
 from pathlib import Path
 
 from gputally.admin import AdminServer
+from gputally.config.files import check_input_files
 from gputally.config.model import Config, load_config
 from gputally.errors import ConfigError
 from gputally.logs import configure_logging
 from gputally.pipeline.service import Service
 
-__all__ = ["WORKER_VARIABLE", "default_config_text", "load", "serve"]
+__all__ = ["WORKER_VARIABLE", "check_files", "default_config_text", "load", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,14 @@ def load(path: Path | None, *, worker: int | None = None) -> Config:
     else:
         environ.setdefault(WORKER_VARIABLE, "0")
     return load_config(path if path is not None else default_config_text(), environ=environ)
+
+
+def check_files(config: Config) -> None:
+    """Every file the config names (TLS, token files) is a readable regular file of sane size;
+    else ConfigError, one line per file naming its key. ``validate`` and ``serve`` both ask."""
+    problems = check_input_files(config)
+    if problems:
+        raise ConfigError(problems)
 
 
 async def _serve(config: Config, *, worker: int | None, reuse_port: bool) -> None:
@@ -98,6 +107,7 @@ def serve(config: Config, *, workers: int = 1, path: Path | None = None) -> int:
     it, which checks it before anything forks); each worker loads ``path`` again with its own
     ``GPUTALLY_WORKER``.
     """
+    check_files(config)
     logs = config.service.telemetry.logs
     configure_logging(logs.level, logs.encoding)
     for warning in config.warnings:

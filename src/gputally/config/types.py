@@ -6,16 +6,19 @@ exporterhelper queue) so an otelcol user reads a gputally config at once.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 __all__ = [
     "AuthSettings",
     "ClientTLSSettings",
     "Duration",
+    "InputFile",
+    "InputPath",
     "QueueSettings",
     "RetrySettings",
     "ServerTLSSettings",
@@ -24,27 +27,43 @@ __all__ = [
 ]
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_DURATION_PART = re.compile(r"(\d{1,20}(?:\.\d{1,20})?)(ns|us|µs|ms|s|m|h)")
+MAX_DURATION = 10 * 365 * 24 * 3600.0
+"""Longest duration accepted: ten years (``87600h``); anything longer is a typo, and timers
+and deadlines that long overflow some clocks."""
 
 
 def parse_duration(value: object) -> float:
-    """Seconds from a Go-style duration (``"5s"``, ``"1m30s"``, ``"250ms"``) or a number of seconds."""
+    """Seconds from a Go-style duration (``"5s"``, ``"1m30s"``, ``"250ms"``) or a number of seconds.
+
+    NaN, infinities, negatives and more than :data:`MAX_DURATION` are refused here, so a
+    config that ``validate`` accepts never fails later on a timer.
+    """
     if isinstance(value, bool):
         raise ValueError("expected a duration such as '5s' or '250ms'")
     if isinstance(value, (int, float)):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:
+            raise ValueError(f"a duration is at most {MAX_DURATION:.0f} seconds (87600h)") from None
     elif isinstance(value, str):
         text = value.strip()
         if text in ("0", ""):
             return 0.0
+        if len(text) > 100:
+            raise ValueError(f"{text[:20]!r}... is not a duration such as '5s', '250ms' or '1m30s'")
         parts = _DURATION_PART.findall(text)
         if not parts or "".join(n + u for n, u in parts) != text:
             raise ValueError(f"{value!r} is not a duration such as '5s', '250ms' or '1m30s'")
         seconds = sum(float(n) * _UNITS[u] for n, u in parts)
     else:
         raise ValueError("expected a duration such as '5s' or '250ms'")
+    if not math.isfinite(seconds):
+        raise ValueError("a duration must be a finite number (not NaN or infinity)")
     if seconds < 0:
         raise ValueError("a duration cannot be negative")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"a duration is at most {MAX_DURATION:.0f} seconds (87600h)")
     return seconds
 
 
@@ -53,19 +72,33 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
 class Strict(BaseModel):
-    """Base of every config section: unknown keys are errors; field docstrings document keys."""
+    """Base of every config section: unknown keys are errors; field docstrings document keys;
+    NaN and infinities are refused in every number."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False)
+
+
+class InputPath(type(Path())):  # type: ignore[misc]  # the concrete Path class of this system
+    """A path the service reads at start (a certificate, a key): ``serve`` and ``validate``
+    check it is a readable regular file of sane size (:mod:`gputally.config.files`)."""
+
+
+def _input_path(path: Path) -> InputPath:
+    return InputPath(path)
+
+
+InputFile = Annotated[Path, AfterValidator(_input_path)]
+"""A file read at start; see :class:`InputPath`."""
 
 
 class ServerTLSSettings(Strict):
     """TLS for a listening endpoint (``tls:`` under a receiver protocol)."""
 
-    cert_file: Path
+    cert_file: InputFile
     """PEM certificate chain the server presents."""
-    key_file: Path
+    key_file: InputFile
     """PEM private key for ``cert_file``."""
-    client_ca_file: Path | None = None
+    client_ca_file: InputFile | None = None
     """When set, clients must present a certificate signed by this CA (mutual TLS)."""
 
 
@@ -74,11 +107,11 @@ class ClientTLSSettings(Strict):
 
     insecure: bool = False
     """Plain text (no TLS) for gRPC; otlphttp follows the URL scheme instead."""
-    ca_file: Path | None = None
+    ca_file: InputFile | None = None
     """CA bundle to verify the server with; the system roots when unset."""
-    cert_file: Path | None = None
+    cert_file: InputFile | None = None
     """Client certificate, for servers that demand mutual TLS."""
-    key_file: Path | None = None
+    key_file: InputFile | None = None
     """Private key for ``cert_file``."""
     insecure_skip_verify: bool = False
     """Accept any server certificate. For tests only."""
@@ -121,7 +154,7 @@ class QueueSettings(Strict):
     enabled: bool = True
     num_consumers: int = Field(10, ge=1, le=1000)
     """Batches sent concurrently."""
-    queue_size: int = Field(1000, ge=1)
+    queue_size: int = Field(1000, ge=1, le=10_000_000)
     """Most batches held; beyond it new data is refused (and counted)."""
     storage: Path | None = None
     """Directory that keeps the queue on disk, so a restart loses nothing."""

@@ -1,0 +1,117 @@
+"""Files a config names (TLS material, token files, the config itself): checked, and read with a bound.
+
+``serve`` and ``validate`` run :func:`check_input_files` over a validated config before
+anything starts, so a missing file, a directory or a device (``cert_file: /dev/zero``) is one
+line naming the key and exit 2, never a read that grows without end. Every reader of such a
+file goes through :func:`read_input_file`, which opens it once, checks on the open file that it
+is regular and small, and reads at most ``limit`` bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from gputally.config.loader import format_path
+from gputally.config.types import InputPath
+from gputally.errors import ConfigError
+
+__all__ = ["MAX_CONFIG_BYTES", "MAX_INPUT_BYTES", "check_input_files", "read_input_file"]
+
+MAX_INPUT_BYTES = 1 << 20
+"""Largest certificate, key, CA bundle or token file: 1 MiB (a long CA bundle is ~250 KiB)."""
+MAX_CONFIG_BYTES = 4 << 20
+"""Largest config file: 4 MiB."""
+
+
+def _problem_with(fd: int, path: Path, limit: int) -> str | None:
+    info = os.fstat(fd)
+    if stat.S_ISDIR(info.st_mode):
+        return f"{path} is a directory, not a file"
+    if not stat.S_ISREG(info.st_mode):
+        return f"{path} is not a regular file (a device, pipe or socket)"
+    if info.st_size > limit:
+        return f"{path} is {info.st_size} bytes; more than {limit} is refused"
+    return None
+
+
+def read_input_file(path: Path, *, key: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of ``path``, or ConfigError ``"<key>: ..."`` when it is missing, unreadable,
+    not a regular file, or larger than ``limit`` bytes. Never blocks on a FIFO, never reads
+    more than ``limit`` + 1 bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {path}: {exc.strerror}") from exc
+    try:
+        problem = _problem_with(fd, path, limit)
+        if problem is not None:
+            raise ConfigError(f"{key}: {problem}")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 16, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:  # grew while being read
+            raise ConfigError(f"{key}: {path} is more than {limit} bytes")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {path}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+
+
+def check_input_file(path: Path, *, key: str, limit: int = MAX_INPUT_BYTES) -> str | None:
+    """Why ``path`` cannot be read as ``serve`` would read it, or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        return f"{key}: cannot read {path}: {exc.strerror}"
+    try:
+        problem = _problem_with(fd, path, limit)
+    finally:
+        os.close(fd)
+    return f"{key}: {problem}" if problem else None
+
+
+def _input_paths(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], Path]]:
+    if isinstance(value, InputPath):
+        yield path, value
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from _input_paths(getattr(value, name), (*path, name))
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            yield from _input_paths(item, (*path, name))
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _input_paths(item, (*path, index))
+
+
+def check_input_files(config: Any) -> list[str]:
+    """One line per file the config names that ``serve`` could not read: missing, unreadable,
+    a directory, a device, or too large. ``config`` is a :class:`~gputally.config.model.Config`."""
+    from gputally.auth import BearerTokenAuthConfig
+
+    found: list[tuple[tuple[Any, ...], Path]] = []
+    for kind in ("receivers", "processors", "exporters"):
+        for component_id, component in getattr(config, kind).items():
+            found.extend(_input_paths(component.config, (kind, component_id)))
+    for ext_id, ext in config.extensions.items():
+        if isinstance(ext, BearerTokenAuthConfig) and ext.filename is not None:
+            found.append((("extensions", ext_id, "filename"), ext.filename))
+        found.extend(_input_paths(ext, ("extensions", ext_id)))
+    problems = []
+    for key_path, file in found:
+        problem = check_input_file(file, key=format_path(key_path))
+        if problem is not None and problem not in problems:
+            problems.append(problem)
+    return problems
