@@ -27,7 +27,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-__all__ = ["CgroupInfo", "Kind", "parse_cgroup"]
+__all__ = ["MAX_TEXT", "CgroupInfo", "Kind", "parse_cgroup"]
 
 Kind = Literal["kubernetes", "slurm", "container", "system", "user", "unknown"]
 
@@ -41,10 +41,16 @@ _QOS_CGROUPFS = re.compile(r"(?P<qos>burstable|besteffort|guaranteed)")
 _SCOPE = re.compile(rf"(?P<runtime>cri-containerd|crio-conmon|crio|docker|cri-o)-(?P<id>{_HEX64})\.scope")
 _BARE_ID = re.compile(rf"(?P<id>{_HEX64})")
 _SLURM_V1_ROOT = re.compile(r"slurm(?:_[^/]+)?")
-_SLURM_UID = re.compile(r"uid_(?P<uid>\d+)")
-_SLURM_JOB = re.compile(r"job_(?P<job>\d+)")
-_SLURM_STEP = re.compile(r"step_(?P<step>\d+|batch|extern|interactive)")
-_SLURM_TASK = re.compile(r"task_(?P<task>\d+|special)")
+# Numeric ids are Slurm's and the kernel's 32-bit unsigned integers: at most 10 digits and
+# 4294967295, checked by _id(). Anything longer or larger is not an id, so it matches nothing.
+_ID = r"\d{1,10}"
+_SLURM_UID = re.compile(rf"uid_(?P<uid>{_ID})")
+_SLURM_JOB = re.compile(rf"job_(?P<job>{_ID})")
+_SLURM_STEP = re.compile(rf"step_(?P<step>{_ID}|batch|extern|interactive)")
+_SLURM_TASK = re.compile(rf"task_(?P<task>{_ID}|special)")
+_MAX_ID = 2**32 - 1
+MAX_TEXT = 64 * 1024
+"""Most of a ``/proc/PID/cgroup`` text that is read (a real one is under 2 KiB)."""
 _RUNTIMES = {"cri-containerd": "containerd", "crio": "crio", "cri-o": "crio", "crio-conmon": "crio", "docker": "docker"}
 
 
@@ -77,7 +83,7 @@ class CgroupInfo:
 def parse_cgroup(text: str) -> CgroupInfo:
     """Parse the text of ``/proc/PID/cgroup`` (every line; the most telling one wins)."""
     best = CgroupInfo()
-    for line in text.splitlines():
+    for line in text[:MAX_TEXT].splitlines():
         parts = line.split(":", 2)
         if len(parts) != 3:
             continue
@@ -139,8 +145,16 @@ def _container(components: list[str]) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _id(match: re.Match[str] | None, group: str) -> int | None:
+    """The 32-bit id in ``match``'s ``group``, or None (no match, or not an id: too large)."""
+    if match is None or not match.group(group).isdigit():
+        return None
+    value = int(match.group(group))
+    return value if value <= _MAX_ID else None
+
+
 def _slurm(components: list[str], path: str) -> CgroupInfo | None:
-    job_index = next((i for i, c in enumerate(components) if _SLURM_JOB.fullmatch(c)), None)
+    job_index = next((i for i, c in enumerate(components) if _id(_SLURM_JOB.fullmatch(c), "job") is not None), None)
     if job_index is None:
         return None
     above = components[:job_index]
@@ -148,21 +162,25 @@ def _slurm(components: list[str], path: str) -> CgroupInfo | None:
     v2 = "slurmstepd.scope" in above
     if not (v1 or v2):
         return None
-    uid = next((m for c in above if (m := _SLURM_UID.fullmatch(c))), None)
+    uid = next((n for c in above if (n := _id(_SLURM_UID.fullmatch(c), "uid")) is not None), None)
     below = components[job_index + 1 :]
-    step = next((m for c in below if (m := _SLURM_STEP.fullmatch(c))), None)
+    step = next((m for c in below if (m := _SLURM_STEP.fullmatch(c)) and _valid_step(m)), None)
     task = next((m for c in below if (m := _SLURM_TASK.fullmatch(c))), None)
-    job = _SLURM_JOB.fullmatch(components[job_index])
+    job = _id(_SLURM_JOB.fullmatch(components[job_index]), "job")
     assert job is not None
-    task_id = task.group("task") if task else None
     return CgroupInfo(
         kind="slurm",
-        slurm_job_id=int(job.group("job")),
+        slurm_job_id=job,
         slurm_step=step.group("step") if step else None,
-        slurm_task=int(task_id) if task_id and task_id.isdigit() else None,
-        slurm_uid=int(uid.group("uid")) if uid else None,
+        slurm_task=_id(task, "task"),
+        slurm_uid=uid,
         path=path,
     )
+
+
+def _valid_step(match: re.Match[str]) -> bool:
+    step = match.group("step")
+    return not step.isdigit() or int(step) <= _MAX_ID
 
 
 def _other(components: list[str], path: str) -> CgroupInfo:

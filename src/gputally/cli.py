@@ -39,9 +39,11 @@ def _cmd_version(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain_cgroup(args: argparse.Namespace) -> int:
+    from gputally.processors import cgroup
     from gputally.processors.cgroup import parse_cgroup
 
-    text = sys.stdin.read() if args.cgroup == "-" else args.cgroup
+    # Bounded: a real /proc/PID/cgroup is under 2 KiB, and the parser reads at most MAX_TEXT.
+    text = sys.stdin.read(cgroup.MAX_TEXT) if args.cgroup == "-" else args.cgroup
     print(json.dumps(parse_cgroup(text).explain(), indent=2))
     return 0
 

@@ -157,3 +157,28 @@ def test_explain_cgroup_prints_every_key() -> None:
     slurm = subprocess.run([gputally, "explain-cgroup", "-"], input="7:devices:/slurm/uid_0/job_4242/step_batch\n",
                            capture_output=True, text=True, check=True)
     assert json.loads(slurm.stdout)["slurm_step"] == "batch"
+
+
+HUGE = "9" * 5000
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (f"0::/slurm/uid_{HUGE}/job_7/step_0", {"kind": "slurm", "slurm_job_id": 7, "slurm_uid": None}),
+    (f"0::/slurm/uid_1000/job_{HUGE}/step_0", {"kind": "unknown", "slurm_job_id": None, "slurm_uid": None}),
+    ("0::/slurm/uid_1000/job_4294967296/step_0", {"kind": "unknown", "slurm_job_id": None}),
+    ("0::/slurm/uid_4294967295/job_4294967295/step_4294967295/task_4294967296",
+     {"kind": "slurm", "slurm_job_id": 4294967295, "slurm_uid": 4294967295, "slurm_step": "4294967295",
+      "slurm_task": None}),
+    (f"0::/slurm/uid_1/job_2/step_{HUGE}/task_{HUGE}", {"kind": "slurm", "slurm_step": None, "slurm_task": None}),
+])
+def test_huge_numeric_ids_are_no_match(text: str, expected: dict[str, object]) -> None:
+    info = parse_cgroup(text)
+    assert {key: getattr(info, key) for key in expected} == expected
+
+
+def test_explain_cgroup_with_a_5000_digit_job_id_prints_no_match() -> None:
+    gputally = str(Path(sys.executable).parent / "gputally")
+    result = subprocess.run([gputally, "explain-cgroup", "-"], input=f"7:devices:/slurm/uid_0/job_{HUGE}/step_0\n",
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["slurm_job_id"] is None
