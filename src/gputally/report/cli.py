@@ -185,6 +185,8 @@ def _report(args: argparse.Namespace, err: TextIO) -> str:
         raise UsageError(f"report {args.view} needs a {'job id' if args.view == 'job' else 'NAMESPACE/NAME'}")
     if args.view == "pod" and args.name.count("/") != 1:
         raise UsageError(f"report pod {args.name}: expected NAMESPACE/NAME")
+    if args.view is not None and args.format == "csv":  # before asking Prometheus: a usage error either way
+        raise UsageError("report job/pod writes table or json, not csv")
     rng = resolve(since=args.since, start=args.start, end=args.end)
     chunk = _duration("--chunk", args.chunk)
     lookback = _duration("--lookback", args.lookback)
@@ -208,8 +210,6 @@ def _report(args: argparse.Namespace, err: TextIO) -> str:
                           seen=queries.first_and_last_seen(client, selector, usage), thresholds=thresholds)
     if args.format == "json":
         return render.workload_json(view, rng)
-    if args.format == "csv":
-        raise UsageError("report job/pod writes table or json, not csv")
     return render.workload_text(view, rng)
 
 
