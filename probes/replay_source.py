@@ -25,7 +25,6 @@ Rules, so that every path above the NVML calls runs in CI:
 from __future__ import annotations
 
 import copy
-import json
 import pwd
 import queue
 import threading
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from gputally.probes.errors import NvmlCallFailed, NvmlUnavailable, error_code
+from gputally.probes.recording_check import read_recording
 from gputally.probes.source import DriverInfo, Gpu, GpuEvent, MigPlacement, ProcFacts, Reading
 
 __all__ = ["ReplaySource", "load_recording"]
@@ -49,11 +49,10 @@ _WIDE = ("ullVal", "ulVal", "sllVal")
 
 
 def load_recording(path: Path) -> dict[str, Any]:
-    """The recording at ``path``; a file that is not a recording raises ValueError."""
-    data = json.loads(Path(path).read_text())
-    if not isinstance(data, dict) or "device" not in data or not data.get("snapshots"):
-        raise ValueError(f"{path}: not an NVML recording (needs 'device' and 'snapshots')")
-    return data
+    """The recording at ``path``, read with a bound and checked up front
+    (:mod:`~gputally.probes.recording_check`): a file that is not a recording raises
+    ValueError naming the place in the file."""
+    return read_recording(Path(path))
 
 
 @dataclass
