@@ -20,7 +20,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as m
 
 from gputally.otlp.batch import Batch, Signal
-from gputally.processors.slurm import Backend, JobInfo, SlurmConfig, SlurmProcessor
+from gputally.processors.slurm import Backend, JobInfo, SlurmConfig, SlurmProcessor, SlurmRuntime
 
 sys.path.insert(0, str(Path(__file__).parent))
 from timing import repeat_for  # noqa: E402
@@ -78,7 +78,7 @@ async def main(seconds: float) -> None:
     raw, jobs, points = request()
     resources = GPUS * (1 + PROCESSES_PER_GPU)
     config = SlurmConfig.model_validate({"backend": "slurmrestd", "slurmrestd": {"endpoint": "http://x", "token": "t"}})
-    proc = SlurmProcessor(config, signal=Signal.METRICS, backend=Cached(jobs), node_name="gpu01")
+    proc = SlurmProcessor(SlurmRuntime(config, backend=Cached(jobs), node_name="gpu01"), signal=Signal.METRICS)
     await proc.start()
     await proc.process(Batch.decode(Signal.METRICS, raw))
     await proc.settle()

@@ -360,10 +360,8 @@ def create(
         raise ConfigError(f"{context.id}: kubeconfig: {config.kubeconfig} is not a file")
     if config.proc_root is not None and not config.proc_root.is_dir():
         raise ConfigError(f"{context.id}: proc_root: {config.proc_root} is not a directory")
-    share = context.shared.get(__name__)
-    if share is None:
-        share = context.shared[__name__] = _Share(context.telemetry.registry)
-    runtime = share.runtimes.get(context.id)
-    if runtime is None or runtime.config != config:
-        runtime = share.runtimes[context.id] = K8sRuntime(config, name=context.id, node_name=node_name)
+    share = context.shared.get(__name__, "", lambda: _Share(context.telemetry.registry))
+    runtime = context.shared.get(__name__, context.id, lambda: K8sRuntime(config, name=context.id, node_name=node_name),
+                                 reuse=lambda held: held.config == config)
+    share.runtimes[context.id] = runtime
     return K8sProcessor(runtime, signal=signal)

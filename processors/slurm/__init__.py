@@ -8,7 +8,7 @@ from .backends import Backend, CliBackend, PyslurmBackend, RestdBackend
 from .config import CacheConfig, CliConfig, GresConfig, PyslurmConfig, SlurmConfig, SlurmrestdConfig
 from .errors import SlurmError, SlurmUnavailable
 from .jobs import JobCache, JobInfo
-from .processor import SlurmProcessor, create
+from .processor import SlurmProcessor, SlurmRuntime, create
 
 __all__ = [
     "ATTRIBUTES",
@@ -25,6 +25,7 @@ __all__ = [
     "SlurmConfig",
     "SlurmError",
     "SlurmProcessor",
+    "SlurmRuntime",
     "SlurmUnavailable",
     "SlurmrestdConfig",
     "factory",

@@ -45,7 +45,7 @@ from .gres import GpuMap, GresConf, nvidia_minors
 from .jobs import JobCache, JobInfo
 from .local import Found, LocalProcesses
 
-__all__ = ["SlurmProcessor", "create"]
+__all__ = ["SlurmProcessor", "SlurmRuntime", "create"]
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,6 @@ _BLOB_LIMIT = 4096
 _MEMO_LIMIT = 8192
 """Resources remembered by their encoding; a GPU node sends the same few dozen every cycle."""
 _STOP_TIMEOUT = 5.0
-_METRICS_KEY = f"{__name__}.metrics"
 
 
 @dataclass(frozen=True)
@@ -113,37 +112,35 @@ class _Memo:
     answer: _Answer
 
 
-class SlurmProcessor(Processor):
-    """Adds ``slurm.*`` resource attributes; see the module docstring."""
+class SlurmRuntime:
+    """What the ``slurm`` processors of one ID share across pipelines: the backend, the job
+    cache and its polling, the /proc reader, the GPU map and the counters. One per processor
+    ID and service, so the gateway's metrics and logs pipelines poll Slurm once and log each
+    outage once. :meth:`acquire` / :meth:`release` count the pipelines using it: the first
+    starts the background work, the last stops it."""
 
     def __init__(
         self,
         config: SlurmConfig,
         *,
-        signal: Signal,
         backend: Backend,
         node_name: str,
         local_hosts: frozenset[str] = frozenset(),
         gpu_map: GpuMap | None = None,
         component_id: str = "slurm",
         registry: CollectorRegistry | None = None,
-        shared: dict[str, Any] | None = None,
+        metrics: _Metrics | None = None,
     ) -> None:
         self.config = config
-        self.signal = signal
         self.backend = backend
         self.node_name = node_name
-        self._local_hosts = local_hosts | {node_name}
-        self._field = _RESOURCES[signal]
-        self._id = component_id
+        self.local_hosts = local_hosts | {node_name}
+        self.id = component_id
         self.registry = registry or CollectorRegistry()
         """Where this processor's counters live (the service's ``/metrics`` registry)."""
-        shared = {} if shared is None else shared
-        metrics = shared.get(_METRICS_KEY)
-        if metrics is None:
-            metrics = shared[_METRICS_KEY] = _metrics(self.registry)
-        self._by_source = {s: metrics.resources.labels(processor=component_id, source=s)
-                           for s in ("cgroup", "environ", "gres", "none")}
+        metrics = metrics or _metrics(self.registry)
+        self.by_source = {s: metrics.resources.labels(processor=component_id, source=s)
+                          for s in ("cgroup", "environ", "gres", "none")}
         lookups = {
             o: metrics.lookups.labels(processor=component_id, outcome=o) for o in ("found", "not_found", "error")
         }
@@ -159,28 +156,25 @@ class SlurmProcessor(Processor):
             if config.proc_root is not None else None
         )
         self.gpus = gpu_map or GpuMap(minors=config.gres.minors, learn=config.gres.learn_from_processes)
-        self._parsed: dict[str, CgroupInfo] = {}
-        self._blobs: dict[tuple[Any, ...], bytes] = {}
-        self._memos: dict[bytes, _Memo] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self._started = False
+        self._users = 0
 
-    # --- lifecycle -------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        if self._started:
+    async def acquire(self) -> None:
+        self._users += 1
+        if self._users > 1:
             return
-        self._started = True
         await self.backend.start()
-        self._tasks.append(supervised(self.jobs.run(), name=f"{self._id}: slurm job lookups"))
+        self._tasks.append(supervised(self.jobs.run(), name=f"{self.id}: slurm job lookups"))
         if self.local is not None:
-            self._tasks.append(supervised(self.local.run(), name=f"{self._id}: slurm /proc lookups"))
-        log.info("%s: attributing Slurm jobs through %s", self._id, self.backend.name)
+            self._tasks.append(supervised(self.local.run(), name=f"{self.id}: slurm /proc lookups"))
+        log.info("%s: attributing Slurm jobs through %s", self.id, self.backend.name)
 
-    async def shutdown(self) -> None:
-        if not self._started:
+    async def release(self) -> None:
+        if self._users == 0:
             return
-        self._started = False
+        self._users -= 1
+        if self._users > 0:
+            return
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
@@ -188,6 +182,11 @@ class SlurmProcessor(Processor):
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(task, _STOP_TIMEOUT)
         await self.backend.close()
+
+    @property
+    def running(self) -> bool:
+        """Its background lookups run (some pipeline has started it and not stopped it)."""
+        return bool(self._tasks)
 
     def degraded(self) -> str | None:
         return self.jobs.degraded()
@@ -198,12 +197,59 @@ class SlurmProcessor(Processor):
             await self.local.settle()
         await self.jobs.settle()
 
+    def generation(self) -> tuple[int, int, int]:
+        local = self.local.generation if self.local is not None else 0
+        return (self.jobs.generation, local, self.gpus.generation)
+
+
+class SlurmProcessor(Processor):
+    """Adds ``slurm.*`` resource attributes; see the module docstring. One per pipeline, over
+    the processor ID's shared :class:`SlurmRuntime`."""
+
+    def __init__(self, runtime: SlurmRuntime, *, signal: Signal) -> None:
+        self.runtime = runtime
+        self.config = runtime.config
+        self.signal = signal
+        self._field = _RESOURCES[signal]
+        self._parsed: dict[str, CgroupInfo] = {}
+        self._blobs: dict[tuple[Any, ...], bytes] = {}
+        self._memos: dict[bytes, _Memo] = {}
+        self._started = False
+
+    @property
+    def backend(self) -> Backend:
+        return self.runtime.backend
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        return self.runtime.registry
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if not self._started:
+            self._started = True
+            await self.runtime.acquire()
+
+    async def shutdown(self) -> None:
+        if self._started:
+            self._started = False
+            await self.runtime.release()
+
+    def degraded(self) -> str | None:
+        return self.runtime.degraded()
+
+    async def settle(self) -> None:
+        """Wait until every lookup queued so far has been answered (for tests and one-shot tools)."""
+        await self.runtime.settle()
+
     # --- the hot path ----------------------------------------------------------------------
 
     async def process(self, batch: Batch) -> Batch | None:
         changing = False
-        counts = dict.fromkeys(self._by_source, 0)
-        generation = self._generation()
+        runtime = self.runtime
+        counts = dict.fromkeys(runtime.by_source, 0)
+        generation = runtime.generation()
         memos = self._memos
         for entry in getattr(batch.message, self._field):
             resource = entry.resource
@@ -215,9 +261,9 @@ class SlurmProcessor(Processor):
             if memo is not None and memo.generation == generation:
                 answer = memo.answer
                 if answer.job_id is not None:
-                    self.jobs.get(answer.job_id)  # keeps the job's TTL refresh and LRU place
+                    runtime.jobs.get(answer.job_id)  # keeps the job's TTL refresh and LRU place
                 if answer.node is not None:
-                    self.jobs.allocations(answer.node)  # keeps the node's allocations refreshed
+                    runtime.jobs.allocations(answer.node)  # keeps the node's allocations refreshed
             else:
                 answer = self._attribution(resource)
                 if len(memos) >= _MEMO_LIMIT:
@@ -233,12 +279,8 @@ class SlurmProcessor(Processor):
             resource.MergeFromString(answer.blob)
         for source, count in counts.items():
             if count:
-                self._by_source[source].inc(count)
+                runtime.by_source[source].inc(count)
         return batch
-
-    def _generation(self) -> tuple[int, int, int]:
-        local = self.local.generation if self.local is not None else 0
-        return (self.jobs.generation, local, self.gpus.generation)
 
     def _attribution(self, resource: Any) -> _Answer:
         hints: dict[str, Any] = {}
@@ -266,25 +308,27 @@ class SlurmProcessor(Processor):
             info = self._cgroup(text)
             if info.kind == "slurm" and info.slurm_job_id is not None:
                 found = Found(info.slurm_job_id, info.slurm_step, info.slurm_uid, "cgroup")
-        if found is None and self.local is not None and (host is None or host in self._local_hosts):
-            found = self.local.lookup(pid, _str(hints.get(START)))
+        runtime = self.runtime
+        if found is None and runtime.local is not None and (host is None or host in runtime.local_hosts):
+            found = runtime.local.lookup(pid, _str(hints.get(START)))
         if found is None:
             return _Answer(source="none")
-        job = self.jobs.get(found.job_id)
+        job = runtime.jobs.get(found.job_id)
         uuid = _str(hints.get(HW_ID))
         if job is not None and uuid is not None:
             node = self._node(host)
             indexes = job.gpu_indexes(node)
             if len(indexes) == 1:
-                self.gpus.learn(node, uuid, indexes[0])
+                runtime.gpus.learn(node, uuid, indexes[0])
         return _Answer(self._blob(found, job, present), found.source, found.job_id)
 
     def _gpu(self, host: str | None, hints: Mapping[str, Any], present: set[str]) -> _Answer:
+        runtime = self.runtime
         node = self._node(host)
-        allocations = self.jobs.allocations(node)
+        allocations = runtime.jobs.allocations(node)
         name = _str(hints.get(HW_NAME))
         minor = _NVIDIA_MINOR.fullmatch(name) if name else None
-        index = self.gpus.index(
+        index = runtime.gpus.index(
             node, uuid=_str(hints.get(HW_ID)), nvml_index=_int(hints.get(GPU_INDEX)), bus_id=_str(hints.get(BUS_ID)),
             minor=int(minor.group(1)) if minor else None,
         )
@@ -292,12 +336,12 @@ class SlurmProcessor(Processor):
         if job_id is None:
             return _Answer(source="none", node=node)
         found = Found(job_id, None, None, "gres")
-        return _Answer(self._blob(found, self.jobs.get(job_id), present), "gres", job_id, node)
+        return _Answer(self._blob(found, runtime.jobs.get(job_id), present), "gres", job_id, node)
 
     def _node(self, host: str | None) -> str:
         """The Slurm node name of a resource: this node's name for local hosts, else the short host name."""
-        if host is None or host in self._local_hosts:
-            return self.node_name
+        if host is None or host in self.runtime.local_hosts:
+            return self.runtime.node_name
         return host.split(".", 1)[0]
 
     def _cgroup(self, text: str) -> CgroupInfo:
@@ -339,8 +383,16 @@ def _str(value: Any) -> str | None:
 
 
 def create(config: SlurmConfig, context: ComponentContext, signal: Signal) -> SlurmProcessor:
-    """Factory hook: one processor per pipeline. Reads the environment and gres.conf here, at
-    startup, so a bad setting fails the start instead of a later lookup."""
+    """Factory hook: one processor per pipeline over one :class:`SlurmRuntime` per processor ID.
+    Reads the environment and gres.conf here, at startup, so a bad setting fails the start
+    instead of a later lookup."""
+    metrics = context.shared.get(__name__, "", lambda: _metrics(context.telemetry.registry))
+    runtime = context.shared.get(__name__, context.id, lambda: _runtime(config, context, metrics),
+                                 reuse=lambda held: held.config == config)
+    return SlurmProcessor(runtime, signal=signal)
+
+
+def _runtime(config: SlurmConfig, context: ComponentContext, metrics: _Metrics) -> SlurmRuntime:
     environ = dict(os.environ)
     backend = make_backend(config, environ=environ)
     hostname = socket.gethostname()
@@ -356,8 +408,7 @@ def create(config: SlurmConfig, context: ComponentContext, signal: Signal) -> Sl
         gres_conf=gres_conf, minors=config.gres.minors, driver_minors=driver, local_node=node_name,
         learn=config.gres.learn_from_processes,
     )
-    return SlurmProcessor(
-        config, signal=signal, backend=backend, node_name=node_name,
-        local_hosts=frozenset({hostname, hostname.split(".", 1)[0]}), gpu_map=gpu_map,
-        component_id=context.id, registry=context.telemetry.registry, shared=context.shared,
+    return SlurmRuntime(
+        config, backend=backend, node_name=node_name, local_hosts=frozenset({hostname, hostname.split(".", 1)[0]}),
+        gpu_map=gpu_map, component_id=context.id, registry=context.telemetry.registry, metrics=metrics,
     )

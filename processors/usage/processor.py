@@ -220,12 +220,10 @@ def create(config: UsageConfig, context: ComponentContext, signal: Signal) -> Us
     """Factory hook: one instance per pipeline (metrics: accounting; logs: events), one runtime per ID."""
     if signal is Signal.TRACES:
         raise ValueError("the usage processor goes in metrics pipelines (and logs pipelines, for its events)")
-    share = context.shared.get(__name__)
-    if share is None:
-        share = context.shared[__name__] = _Share(context.telemetry.registry)
-    runtime = share.runtimes.get(context.id)
-    if runtime is None or runtime.config != config:
-        runtime = share.runtimes[context.id] = UsageRuntime(config, name=context.id)
+    share = context.shared.get(__name__, "", lambda: _Share(context.telemetry.registry))
+    runtime = context.shared.get(__name__, context.id, lambda: UsageRuntime(config, name=context.id),
+                                 reuse=lambda held: held.config == config)
+    share.runtimes[context.id] = runtime
     if signal is Signal.LOGS:
         runtime.sends_events = True
     return UsageProcessor(runtime, signal=signal)

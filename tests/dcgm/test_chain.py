@@ -18,7 +18,7 @@ from gputally.processors.k8s.devices import DeviceMap, Holder, device_key
 from gputally.processors.k8s.model import KeyFilter, pod_from_json
 from gputally.processors.k8s.processor import K8sProcessor
 from gputally.processors.k8s.processor import create as create_k8s
-from gputally.processors.slurm import JobInfo, SlurmConfig, SlurmProcessor
+from gputally.processors.slurm import JobInfo, SlurmConfig, SlurmProcessor, SlurmRuntime
 from gputally.telemetry import SelfTelemetry
 from tests.slurm.fakes import FakeBackend
 
@@ -53,7 +53,7 @@ def k8s(tmp_path: Path) -> K8sProcessor:
 
 def slurm() -> SlurmProcessor:
     config = SlurmConfig.model_validate({"backend": "slurmrestd", "slurmrestd": {"endpoint": "http://x", "token": "t"}})
-    return SlurmProcessor(config, signal=Signal.METRICS, backend=FakeBackend(JOB), node_name=NODE)
+    return SlurmProcessor(SlurmRuntime(config, backend=FakeBackend(JOB), node_name=NODE), signal=Signal.METRICS)
 
 
 async def pipeline(batch_: Batch, *stages: Any) -> Batch:

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from gputally.errors import ConfigError
 from gputally.otlp.batch import Signal
 from gputally.processors.slurm import (
+    SlurmRuntime,
     ATTRIBUTES,
     CliBackend,
     JobInfo,
@@ -56,7 +57,8 @@ GPU = {"hw.id": "GPU-1e061ec2-3930-fe87-1e34-cb91101c1bd9", "hw.type": "gpu", "h
 def processor(backend: FakeBackend, **config: Any) -> SlurmProcessor:
     settings: dict[str, Any] = {"backend": "slurmrestd", "slurmrestd": {"endpoint": "http://x", "token": "t"}}
     settings.update(config)
-    return SlurmProcessor(SlurmConfig.model_validate(settings), signal=Signal.METRICS, backend=backend, node_name="n1")
+    runtime = SlurmRuntime(SlurmConfig.model_validate(settings), backend=backend, node_name="n1")
+    return SlurmProcessor(runtime, signal=Signal.METRICS)
 
 
 def points(n: int) -> list[Any]:
@@ -151,7 +153,7 @@ async def test_resources_already_attributed_are_left_alone(started: Any) -> None
 async def test_every_signal_and_the_lifecycle(signal: Signal) -> None:
     backend = FakeBackend(JOB_4242)
     config = SlurmConfig.model_validate({"backend": "slurmrestd", "slurmrestd": {"endpoint": "http://x", "token": "t"}})
-    proc = SlurmProcessor(config, signal=signal, backend=backend, node_name="n1")
+    proc = SlurmProcessor(SlurmRuntime(config, backend=backend, node_name="n1"), signal=signal)
     await asyncio.wait_for(proc.shutdown(), 1)  # before start
     await asyncio.wait_for(proc.start(), 1)
     hint = {"process.pid": 628, "process.linux.cgroup": V2_CGROUP}
@@ -168,7 +170,9 @@ async def test_every_signal_and_the_lifecycle(signal: Signal) -> None:
     assert backend.started == 1 and backend.closed == 1
 
 
-def test_two_pipelines_share_the_counters() -> None:
+async def test_two_pipelines_share_one_runtime(caplog: pytest.LogCaptureFixture) -> None:
+    """The gateway runs slurm in its metrics and logs pipelines: one backend, one job cache,
+    one polling loop and one log line for both, started by the first and stopped by the last."""
     telemetry = SelfTelemetry()
     from tests.processors.builders import context
 
@@ -177,7 +181,18 @@ def test_two_pipelines_share_the_counters() -> None:
     config = factory.parse({"backend": "slurmrestd", "slurmrestd": {"endpoint": "http://x", "token": "t"}})
     first = factory.create(config, ctx, Signal.METRICS)
     second = factory.create(config, ctx, Signal.LOGS)
-    assert first.registry is second.registry is telemetry.registry
+    assert first.runtime is second.runtime and first.registry is second.registry is telemetry.registry
+    other = factory.create(config, type(ctx)(id="slurm/other", telemetry=telemetry, shared=ctx.shared), Signal.METRICS)
+    assert other.runtime is not first.runtime
+    with caplog.at_level("INFO"):
+        await first.start()
+        await second.start()
+        await first.shutdown()
+        assert first.runtime.running  # still, for the logs pipeline
+        assert [r.message for r in caplog.records if "attributing Slurm jobs" in r.message] == [
+            "slurm: attributing Slurm jobs through slurmrestd"]
+        await second.shutdown()
+    assert not first.runtime.running
 
 
 def test_config_example_and_typo() -> None:
@@ -229,7 +244,7 @@ def test_pyslurm_is_never_imported_without_a_slurm_conf(tmp_path: Path) -> None:
 PUBLIC_API = [
     "ATTRIBUTES", "Backend", "CacheConfig", "CliBackend", "CliConfig", "GresConfig", "JobCache", "JobInfo",
     "PyslurmBackend", "PyslurmConfig", "RestdBackend", "SlurmConfig", "SlurmError", "SlurmProcessor",
-    "SlurmUnavailable", "SlurmrestdConfig", "factory",
+    "SlurmRuntime", "SlurmUnavailable", "SlurmrestdConfig", "factory",
 ]
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "Processor",
     "ProcessorFailed",
     "Receiver",
+    "SharedComponents",
 ]
 
 ALL_SIGNALS = frozenset(Signal)
@@ -183,6 +184,26 @@ class Exporter(Component):
 
 
 ConfigT = TypeVar("ConfigT", bound=Strict)
+T = TypeVar("T")
+
+
+class SharedComponents:
+    """What the instances of one component in several pipelines share, per service: one
+    runtime per component ID (one watch, one cache, one polling loop, one log line per
+    outage), and one set of metric families per component type, as the Collector's
+    ``sharedcomponent`` does. The service makes one and hands it to every component."""
+
+    def __init__(self) -> None:
+        self._items: dict[tuple[str, str], Any] = {}
+
+    def get(self, owner: str, key: str, create: Callable[[], T], *, reuse: Callable[[T], bool] = lambda _: True) -> T:
+        """The item ``owner`` (a module name) keeps under ``key`` (a component ID, or "" for
+        one per service), made by ``create`` the first time, or again when ``reuse`` says the
+        one held no longer fits (its config changed)."""
+        item: T | None = self._items.get((owner, key))
+        if item is None or not reuse(item):
+            item = self._items[(owner, key)] = create()
+        return item
 
 
 @dataclass(frozen=True)
@@ -197,10 +218,8 @@ class ComponentContext:
     """Seconds the component may take to drain on shutdown."""
     is_ready: Callable[[], bool] = lambda: True
     """Whether the whole service is ready (exporters connected); for health endpoints."""
-    shared: dict[str, Any] = field(default_factory=dict)
-    """One store per service, the same for every component it creates: where the instances of
-    one processor in several pipelines keep what they share (one watch, one cache, one set of
-    metric families). Key it by something the component owns, such as its module name."""
+    shared: SharedComponents = field(default_factory=SharedComponents)
+    """One per service, the same for every component it creates (see :class:`SharedComponents`)."""
 
     def authenticator(self, auth: AuthSettings | None) -> BearerTokenAuth | None:
         if auth is None:

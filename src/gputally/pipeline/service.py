@@ -14,7 +14,7 @@ from gputally.auth import BearerTokenAuth, BearerTokenAuthConfig
 from gputally.config.model import Config
 from gputally.errors import ConfigError
 from gputally.otlp.batch import Signal
-from gputally.pipeline.component import Component, ComponentContext, Exporter, Processor, Receiver
+from gputally.pipeline.component import Component, ComponentContext, Exporter, Processor, Receiver, SharedComponents
 from gputally.pipeline.pipeline import FanOut, Pipeline, Stage
 from gputally.telemetry import SelfTelemetry
 
@@ -42,7 +42,7 @@ class Service:
             if isinstance(ext, BearerTokenAuthConfig)
         }
 
-        shared: dict[str, Any] = {}
+        shared = SharedComponents()
 
         def context(component_id: str) -> ComponentContext:
             return ComponentContext(
