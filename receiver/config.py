@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from gputally.config.types import AuthSettings, ServerTLSSettings, Strict
+from gputally.config.types import AuthSettings, Duration, ServerTLSSettings, Strict
 
 __all__ = ["GRPCSettings", "HTTPSettings", "OTLPReceiverConfig", "Protocols", "split_endpoint"]
 
@@ -88,6 +88,13 @@ class HTTPSettings(Strict):
     """Serve HTTPS (and demand client certificates when ``client_ca_file`` is set); plain HTTP when unset."""
     auth: AuthSettings | None = None
     """Require the ``Authorization`` header checked by this authenticator extension."""
+    read_header_timeout: Duration = Field(30.0, gt=0)
+    """A connection must send a complete request line and headers within this; it is also how
+    long an idle keep-alive connection stays open. Slow clients are closed, not waited for."""
+    read_timeout: Duration = Field(60.0, gt=0)
+    """A request's whole body must arrive within this once its headers did; else 408 and close."""
+    max_connections: int = Field(1000, ge=1, le=100_000)
+    """Most connections open at once; one more is closed as soon as it is accepted (counted)."""
 
     @field_validator("endpoint")
     @classmethod

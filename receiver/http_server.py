@@ -7,20 +7,24 @@ the size limit holds after decompression too and a zip bomb costs at most the li
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp import hdrs, web
+from aiohttp import HttpVersion11, hdrs, web
+from prometheus_client import CollectorRegistry
 
 from gputally.errors import ConfigError, InvalidRequest
 from gputally.otlp.batch import REQUEST_TYPES, Batch, Signal
 
 from gputally.otlp import json as otlp_json
 from .config import HTTPSettings, split_endpoint
+from .http_guard import LimitedTCPSite, MalformedRequests
 from .intake import Intake
+from .json_enums import check_enum_names
 from .net import describe_bind_error, host_port
 from .status import Failure
 from .tls import ServerTLS
@@ -54,7 +58,10 @@ class HTTPServer:
         tls: ServerTLS | None,
         reuse_port: bool,
         grace: float,
+        registry: CollectorRegistry | None = None,
     ) -> None:
+        """``registry``: where malformed requests are counted (the service's)."""
+        registry = registry if registry is not None else CollectorRegistry()
         self._settings = settings
         self._name = name
         self._intake = intake
@@ -64,6 +71,7 @@ class HTTPServer:
         self._limit = settings.max_request_body_size
         self._runner: web.AppRunner | None = None
         self._address: str | None = None
+        self._malformed = MalformedRequests(name=name, registry=registry)
 
     @property
     def address(self) -> str | None:
@@ -74,20 +82,30 @@ class HTTPServer:
         """Bind and serve; a port that cannot be bound raises ConfigError."""
         app = web.Application(client_max_size=self._limit)
         for signal in sorted(self._intake.signals):
-            app.router.add_post(f"/v1/{signal}", self._handler(signal))
+            app.router.add_post(f"/v1/{signal}", self._handler(signal), expect_handler=self._expect_handler(signal))
         runner = web.AppRunner(
             app,
             access_log=None,  # per-request events are self-metrics, not log lines
             auto_decompress=False,  # we inflate, with a bound
             # aiohttp reads a timeout of 0 as "wait forever".
             shutdown_timeout=max(self._grace, 0.001),
+            # aiohttp closes a connection that has not sent complete headers (or sat idle
+            # between requests) this long: the header timeout against slow clients.
+            keepalive_timeout=self._settings.read_header_timeout,
+            logger=self._malformed,  # counted, one line a minute, no tracebacks
+            # After an early answer (413, 408) the unread rest of a body is drained this long at
+            # most, so the client can read the answer, and a slow one cannot hold the connection.
+            lingering_time=2.0,
         )
         await runner.setup()
         host, port = split_endpoint(self._settings.endpoint)
-        site = web.TCPSite(
+        site = LimitedTCPSite(
             runner,
             host or None,
             port,
+            max_connections=self._settings.max_connections,
+            on_refused=lambda: self._malformed.count("connection_limit", None,
+                                                     f"{self._settings.max_connections} connections are open"),
             ssl_context=self._tls.ssl_context if self._tls else None,
             reuse_port=self._reuse_port,
         )
@@ -125,6 +143,8 @@ class HTTPServer:
                 message = f"Content-Type {request.content_type!r} is not supported; use {_ACCEPTED}"
                 return _failure_response(intake.refuse(signal, Failure.unsupported_media(message)), None)
             body = await self._read_body(request)
+            if isinstance(body, web.Response):
+                return body
             if isinstance(body, Failure):
                 return _failure_response(intake.refuse(signal, body), encoding)
             outcome = await intake.deliver(signal, lambda: _decode(signal, body, encoding))
@@ -134,15 +154,48 @@ class HTTPServer:
 
         return export
 
-    async def _read_body(self, request: web.Request) -> bytes | Failure:
-        """The inflated body, or why it cannot be had (too large, bad compression)."""
+    def _expect_handler(self, signal: Signal) -> Callable[[web.Request], Awaitable[web.StreamResponse | None]]:
+        """``Expect: 100-continue``: a body announced over the limit is answered 413 at once,
+        before the client sends it; otherwise "100 Continue", as aiohttp would."""
+        intake, limit = self._intake, self._limit
+
+        async def expect(request: web.Request) -> web.StreamResponse | None:
+            if request.content_length is not None and request.content_length > limit:
+                failure = intake.refuse(signal, Failure.too_large(request.content_length, limit, _SETTING))
+                response = _failure_response(failure, _ENCODINGS.get(request.content_type))
+                response.force_close()  # the body it announced is not read
+                return response
+            if request.version == HttpVersion11:
+                if request.headers.get(hdrs.EXPECT, "").lower() != "100-continue":
+                    raise web.HTTPExpectationFailed(text=f"Unknown Expect: {request.headers.get(hdrs.EXPECT)}")
+                await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                request.writer.output_size = 0  # the response proper has not started
+            return None
+
+        return expect
+
+    async def _read_body(self, request: web.Request) -> bytes | Failure | web.Response:
+        """The inflated body, or why it cannot be had (too large, bad compression), or the
+        answer to a client that sent it too slowly or went away."""
         limit = self._limit
         if request.content_length is not None and request.content_length > limit:
             return Failure.too_large(request.content_length, limit, _SETTING)
         try:
-            raw = await request.read()  # stops at client_max_size
+            async with asyncio.timeout(self._settings.read_timeout):
+                raw = await request.read()  # stops at client_max_size
         except web.HTTPRequestEntityTooLarge:
             return Failure.too_large(None, limit, _SETTING)
+        except TimeoutError:
+            self._malformed.count("body_timeout", request.remote,
+                                  f"the body did not arrive within {self._settings.read_timeout:g} s")
+            response = web.Response(status=408, text="request body not received in time\n")
+            response.force_close()
+            return response
+        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            self._malformed.count("client_gone", request.remote, f"connection lost mid-body ({exc})")
+            response = web.Response(status=400, text="connection lost mid-body\n")
+            response.force_close()
+            return response
         coding = request.headers.get(hdrs.CONTENT_ENCODING, "").strip().lower()
         if coding in ("", "identity"):
             return raw
@@ -175,6 +228,7 @@ def _inflate(data: bytes, wbits: int, limit: int) -> bytes | None:
 def _decode(signal: Signal, body: bytes, encoding: Encoding) -> Batch:
     if encoding is Encoding.PROTOBUF:
         return Batch.decode(signal, body)
+    check_enum_names(body)  # protobuf's parser would read an unknown name as 0
     message = otlp_json.decode(body, REQUEST_TYPES[signal]())
     # Re-encoded and decoded as protobuf so JSON gets exactly the same checks (nameless
     # metrics rejected, items counted); the cost is small next to parsing the JSON.

@@ -71,6 +71,7 @@ class OTLPReceiver(Receiver):
                 tls=ServerTLS.load(http.tls, f"{where}.http") if http.tls else None,
                 reuse_port=reuse_port,
                 grace=grace,
+                registry=context.telemetry.registry,
             )
 
     @property
