@@ -1,8 +1,10 @@
 """gRPC health checking (``grpc.health.v1``) on the OTLP gRPC port.
 
 Load balancers and Kubernetes gRPC probes ask the overall status (service ``""``) or one OTLP
-service. The answer follows the service's readiness (exporters connected), polled by a small
-background task so that ``Watch`` streams see changes too. Health checks need no auth.
+service. The answer is the service's readiness, the same predicate ``/readyz`` asks
+(exporters connected, not shutting down): ``Check`` asks it at the moment of the call, so the
+two never disagree, and a small background task polls it so that ``Watch`` streams see changes
+too. Health checks need no auth.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -22,6 +24,20 @@ log = logging.getLogger(__name__)
 
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class _LiveHealthServicer(health_aio.HealthServicer):
+    """grpcio's servicer, but ``Check`` refreshes the status first instead of answering the
+    last polled one (which lagged ``/readyz`` by up to the poll interval)."""
+
+    def __init__(self, refresh: Callable[[], Awaitable[None]]) -> None:
+        super().__init__()
+        self._refresh = refresh
+
+    async def Check(self, request: health_pb2.HealthCheckRequest, context: object) -> object:  # noqa: N802
+        if not self._gracefully_shutting_down:
+            await self._refresh()
+        return await super().Check(request, context)
 
 
 class HealthReporter:
@@ -39,7 +55,7 @@ class HealthReporter:
         self._services = ("", *services)
         self._is_ready = is_ready
         self._interval = interval
-        self._servicer = health_aio.HealthServicer()
+        self._servicer = _LiveHealthServicer(self._update)
         self._task: asyncio.Task[None] | None = None
         self._status: int | None = None
         self._check_failing = False

@@ -250,7 +250,11 @@ async def test_service_lists_degraded_components() -> None:
     )
     service = Service(config)
     assert service.degraded() == {"metrics/stale": "slurmctld unreachable since 12:00; attributing from cache"}
-    assert service.ready
+    assert service.not_ready() == ["starting"]  # degraded is not unready; not started yet is
+    await service.start()
+    assert service.ready and service.not_ready() == []
+    await service.shutdown()
+    assert service.not_ready() == ["shutting down"]
 
 
 async def test_every_component_of_a_service_gets_the_same_shared_store() -> None:

@@ -94,14 +94,21 @@ class Service:
             )
         self._started: list[Component | Pipeline] = []
         self._stopped = False
+        self._running = False
+        self._stopping = False
 
     @property
     def ready(self) -> bool:
-        """All exporters have reached their backends."""
-        return all(exporter.ready for exporter in self.exporters.values())
+        """The one answer to "is this service ready?", for ``/readyz`` and gRPC health alike:
+        started, not shutting down, and every exporter has reached its backend."""
+        return not self.not_ready()
 
     def not_ready(self) -> list[str]:
-        return [exporter_id for exporter_id, exporter in self.exporters.items() if not exporter.ready]
+        """What readiness waits for: exporter IDs, or ``starting`` / ``shutting down``."""
+        if self._stopping:
+            return ["shutting down"]
+        waiting = [exporter_id for exporter_id, exporter in self.exporters.items() if not exporter.ready]
+        return waiting if self._running else ["starting", *waiting]
 
     def degraded(self) -> dict[str, str]:
         """Components working below par, with why (see :meth:`Component.degraded`)."""
@@ -132,6 +139,7 @@ class Service:
         except BaseException:
             await self.shutdown()
             raise
+        self._running = True
         log.info(
             "started %d pipeline(s): %s", len(self.pipelines), ", ".join(sorted(self.pipelines))
         )
@@ -141,6 +149,7 @@ class Service:
         if self._stopped:
             return
         self._stopped = True
+        self._stopping = True  # not ready from here on: /readyz and gRPC health say so at once
         for component in reversed(self._started):
             try:
                 await component.shutdown()
