@@ -4,18 +4,27 @@
 that have not, so a Kubernetes readiness probe and a person with curl see the same thing.
 Components that work below par (a metadata source down, attribution from cache) are listed
 under ``degraded`` without failing readiness: data still flows, and refusing it would lose it.
+
+The endpoint listens on loopback by default. Exposed further, it takes the receiver's options:
+``tls`` (HTTPS, optionally mutual) and ``auth`` (a bearer token that ``/metrics`` and
+``/readyz`` require; ``/healthz`` says only that the process runs and stays open).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from gputally.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gputally.auth import BearerTokenAuth
 
 __all__ = ["AdminServer"]
 
@@ -31,6 +40,8 @@ class AdminServer:
         degraded: Callable[[], dict[str, str]] = dict,
         *,
         reuse_port: bool = False,
+        ssl_context: ssl.SSLContext | None = None,
+        auth: BearerTokenAuth | None = None,
     ) -> None:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
@@ -40,17 +51,20 @@ class AdminServer:
         self._not_ready = not_ready
         self._degraded = degraded
         self._reuse_port = reuse_port
+        self._ssl_context = ssl_context
+        self._auth = auth
         self._runner: web.AppRunner | None = None
         self.address: str | None = None
 
     async def start(self) -> None:
         app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/metrics", self._guarded(self._metrics))
         app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        app.router.add_get("/readyz", self._guarded(self._readyz))
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=30)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port, reuse_port=self._reuse_port or None)
+        site = web.TCPSite(self._runner, self._host, self._port, reuse_port=self._reuse_port or None,
+                           ssl_context=self._ssl_context)
         try:
             await site.start()
         except OSError as exc:
@@ -67,6 +81,21 @@ class AdminServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+    def _guarded(self, handler: Callable[[web.Request], Awaitable[web.Response]]) -> Callable[
+        [web.Request], Awaitable[web.Response]
+    ]:
+        """``handler`` behind the bearer token, when ``auth`` is set."""
+        auth = self._auth
+        if auth is None:
+            return handler
+
+        async def guarded(request: web.Request) -> web.Response:
+            if not auth.verify(request.headers.get(hdrs.AUTHORIZATION)):
+                return web.Response(status=401, text="unauthenticated\n", headers={hdrs.WWW_AUTHENTICATE: "Bearer"})
+            return await handler(request)
+
+        return guarded
 
     async def _metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self._registry)

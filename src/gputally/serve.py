@@ -16,8 +16,9 @@ from gputally.config.model import Config, load_config
 from gputally.errors import ConfigError
 from gputally.logs import configure_logging
 from gputally.pipeline.service import Service
+from gputally.receiver.tls import ServerTLS
 
-__all__ = ["WORKER_VARIABLE", "check_files", "default_config_text", "load", "serve"]
+__all__ = ["WORKER_VARIABLE", "admin_server", "check_files", "default_config_text", "load", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ async def _serve(config: Config, *, worker: int | None, reuse_port: bool) -> Non
         if worker:  # each worker keeps its own metrics, on its own port
             host, _, port = address.rpartition(":")
             address = f"{host}:{int(port) + worker}" if int(port) else address
-        admin = AdminServer(address, service.telemetry.registry, service.not_ready, service.degraded)
+        admin = admin_server(config, address, service)
     try:
         if admin:
             await admin.start()
@@ -85,13 +86,23 @@ async def _serve(config: Config, *, worker: int | None, reuse_port: bool) -> Non
             await admin.shutdown()
 
 
+def admin_server(config: Config, address: str, service: Service) -> AdminServer:
+    """The admin endpoint with the TLS and bearer token its config asks for."""
+    settings = config.service.telemetry.metrics
+    context = ServerTLS.load(settings.tls, "service.telemetry.metrics").ssl_context if settings.tls else None
+    auth = service.authenticators[settings.auth.authenticator] if settings.auth else None
+    return AdminServer(address, service.telemetry.registry, service.not_ready, service.degraded,
+                       ssl_context=context, auth=auth)
+
+
 def _listening(service: Service, admin: AdminServer | None) -> list[str]:
     lines = []
     for receiver_id, receiver in service.receivers.items():
         for transport, address in receiver.listening().items():
             lines.append(f"receiver {receiver_id} ({transport}) listening on {address}")
     if admin and admin.address:
-        lines.append(f"metrics, /healthz and /readyz on http://{admin.address}")
+        scheme = "https" if service.config.service.telemetry.metrics.tls else "http"
+        lines.append(f"metrics, /healthz and /readyz on {scheme}://{admin.address}")
     pipelines = ", ".join(
         f"{pid}: {' -> '.join([*p.processors, '|'.join(p.exporters)])}"
         for pid, p in service.config.service.pipelines.items()

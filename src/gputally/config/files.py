@@ -105,6 +105,7 @@ def check_input_files(config: Any) -> list[str]:
     for kind in ("receivers", "processors", "exporters"):
         for component_id, component in getattr(config, kind).items():
             found.extend(_input_paths(component.config, (kind, component_id)))
+    found.extend(_input_paths(config.service, ("service",)))
     for ext_id, ext in config.extensions.items():
         if isinstance(ext, BearerTokenAuthConfig) and ext.filename is not None:
             found.append((("extensions", ext_id, "filename"), ext.filename))

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from gputally.config.loader import format_path, load_yaml
-from gputally.config.types import Duration, QueueSettings, Strict
+from gputally.config.types import AuthSettings, Duration, QueueSettings, ServerTLSSettings, Strict
 from gputally.errors import ConfigError
 from gputally.otlp.batch import Signal
 from gputally.pipeline.component import Factory
@@ -32,7 +32,13 @@ class PipelineConfig(Strict):
 
 class MetricsTelemetry(Strict):
     address: str | None = "localhost:8888"
-    """Where ``/metrics``, ``/healthz`` and ``/readyz`` are served; null turns them off."""
+    """Where ``/metrics``, ``/healthz`` and ``/readyz`` are served; null turns them off. Keep it
+    on loopback unless something else must scrape it, and then set ``auth`` and ``tls``."""
+    tls: ServerTLSSettings | None = None
+    """Serve the admin endpoint over HTTPS (client certificates required with ``client_ca_file``)."""
+    auth: AuthSettings | None = None
+    """A ``bearertokenauth`` extension whose token ``/metrics`` and ``/readyz`` require
+    (``/healthz`` stays open: it says only that the process runs)."""
 
 
 class LogsTelemetry(Strict):
@@ -178,6 +184,10 @@ def validate(document: dict[str, Any], registry: Registry) -> Config:
     for kind, sections in (("receivers", top.receivers), ("exporters", top.exporters)):
         for component_id, section in sections.items():
             _check_authenticators(section, (kind, component_id), top.extensions, problems)
+    admin_auth = top.service.telemetry.metrics.auth
+    if admin_auth is not None and admin_auth.authenticator not in top.extensions:
+        problems.append(f"service.telemetry.metrics.auth.authenticator: extension {admin_auth.authenticator!r} "
+                        "is not defined under extensions")
     if problems:
         raise ConfigError(problems)
     warnings = _durability_warnings(top.service, exporters)

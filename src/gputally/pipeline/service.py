@@ -41,6 +41,8 @@ class Service:
             for ext_id, ext in config.extensions.items()
             if isinstance(ext, BearerTokenAuthConfig)
         }
+        self.authenticators: dict[str, BearerTokenAuth] = authenticators
+        """The ``bearertokenauth`` extensions by ID (the admin endpoint uses them too)."""
 
         shared = SharedComponents()
 
