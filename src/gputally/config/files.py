@@ -40,18 +40,34 @@ def _problem_with(fd: int, path: Path, limit: int) -> str | None:
     return None
 
 
-def read_input_file(path: Path, *, key: str, limit: int = MAX_INPUT_BYTES) -> bytes:
-    """The bytes of ``path``, or ConfigError ``"<key>: ..."`` when it is missing, unreadable,
-    not a regular file, or larger than ``limit`` bytes. Never blocks on a FIFO, never reads
-    more than ``limit`` + 1 bytes."""
+def _open(path: Path, key: str, limit: int) -> int:
+    """An fd on ``path`` once it is known to be a regular file (a device is never even opened:
+    opening some, such as a watchdog, has effects); the open file is checked again."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {path}: {exc.strerror}") from exc
+    if stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"{key}: {path} is a directory, not a file")
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{key}: {path} is not a regular file (a device, pipe or socket)")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise ConfigError(f"{key}: cannot read {path}: {exc.strerror}") from exc
+    problem = _problem_with(fd, path, limit)  # replaced between stat and open, or too large
+    if problem is not None:
+        os.close(fd)
+        raise ConfigError(f"{key}: {problem}")
+    return fd
+
+
+def read_input_file(path: Path, *, key: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of ``path``, or ConfigError ``"<key>: ..."`` when it is missing, unreadable,
+    not a regular file, or larger than ``limit`` bytes. Never opens a device, never blocks on a
+    FIFO, never reads more than ``limit`` + 1 bytes."""
+    fd = _open(path, key, limit)
     try:
-        problem = _problem_with(fd, path, limit)
-        if problem is not None:
-            raise ConfigError(f"{key}: {problem}")
         chunks: list[bytes] = []
         size = 0
         while size <= limit:
@@ -72,14 +88,10 @@ def read_input_file(path: Path, *, key: str, limit: int = MAX_INPUT_BYTES) -> by
 def check_input_file(path: Path, *, key: str, limit: int = MAX_INPUT_BYTES) -> str | None:
     """Why ``path`` cannot be read as ``serve`` would read it, or None."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        return f"{key}: cannot read {path}: {exc.strerror}"
-    try:
-        problem = _problem_with(fd, path, limit)
-    finally:
-        os.close(fd)
-    return f"{key}: {problem}" if problem else None
+        os.close(_open(path, key, limit))
+    except ConfigError as exc:
+        return exc.problems[0]
+    return None
 
 
 def _input_paths(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], Path]]:
