@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -22,3 +23,15 @@ async def otlp_sink() -> AsyncIterator[OtlpSink]:
     await sink.start()
     yield sink
     await sink.stop()
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """Give every test the logging setup it started with: a CLI called in-process (probe,
+    serve, report) replaces the root handlers with one bound to that test's captured stderr,
+    which a later test's log records would hit after it was closed."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)

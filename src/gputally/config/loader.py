@@ -15,6 +15,7 @@ and integers wider than 64 bits are refused, naming the key where they were foun
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -30,14 +31,24 @@ __all__ = ["expand_env", "format_path", "load_yaml"]
 _REFERENCE = re.compile(r"\$\$|\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_/.<>@:$%+-]{1,200}")
+
+
 def format_path(path: tuple[Any, ...]) -> str:
-    """``("processors", "attributes/x", "actions", 0, "key")`` -> ``processors.attributes/x.actions[0].key``."""
+    """``("processors", "attributes/x", "actions", 0, "key")`` -> ``processors.attributes/x.actions[0].key``.
+
+    A key with spaces, line breaks or other odd characters is written quoted (JSON style), so
+    the path stays one line whatever the file holds.
+    """
     text = ""
     for part in path:
-        if isinstance(part, int):
+        if isinstance(part, int) and not isinstance(part, bool):
             text += f"[{part}]"
-        else:
-            text += f".{part}" if text else str(part)
+            continue
+        key = str(part)
+        if not _PLAIN_KEY.fullmatch(key):
+            key = json.dumps(key[:200] + ("..." if len(key) > 200 else ""))
+        text += f".{key}" if text else key
     return text or "(top level)"
 
 
@@ -152,8 +163,9 @@ def load_yaml(source: Path | str, *, environ: Mapping[str, str] | None = None) -
     """Parse a config file (``Path``) or YAML text (``str``) and expand env references."""
     name = str(source) if isinstance(source, Path) else "<config>"
     text = _read(source) if isinstance(source, Path) else source
-    loader = _Loader(text)
+    loader: _Loader | None = None
     try:
+        loader = _Loader(text)  # checks the characters first: a NUL is a YAMLError here
         root = loader.get_single_node()
         if root is not None:
             _check_nodes(root, name)
@@ -163,15 +175,19 @@ def load_yaml(source: Path | str, *, environ: Mapping[str, str] | None = None) -
         raise ConfigError(
             f"{name}: line {mark.line + 1}: {format_path(exc.path)}: nested deeper than {MAX_DEPTH} levels"
         ) from None
+    except yaml.reader.ReaderError as exc:
+        raise ConfigError(f"{name}: character {exc.position + 1}: invalid YAML: "
+                          f"character #x{exc.character:04x} is not allowed") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{name}:{where}: invalid YAML: {problem}") from None
+        where = f" line {mark.line + 1} column {mark.column + 1}:" if mark else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line
+        raise ConfigError(f"{name}:{where} invalid YAML: {problem}") from None
     except (RecursionError, ValueError, OverflowError) as exc:  # a last resort: never a traceback
         raise ConfigError(f"{name}: cannot read this YAML: {exc}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if document is None:
         document = {}
     if not isinstance(document, dict):

@@ -100,7 +100,7 @@ def _errors(exc: ValidationError, prefix: tuple[Any, ...]) -> list[str]:
     lines = []
     for error in exc.errors(include_url=False):
         path = (*prefix, *error["loc"])
-        message = error["msg"]
+        message = " ".join(str(error["msg"]).split())  # one line, whatever a value held
         if error["type"] == "extra_forbidden":
             message = "unknown key"
         lines.append(f"{format_path(path)}: {message}")
@@ -120,14 +120,14 @@ def _build(
         factory = factories.get(type_)
         if factory is None:
             known = ", ".join(sorted(factories)) or "none"
-            problems.append(f"{kind}.{component_id}: unknown {kind[:-1]} type {type_!r} (known: {known})")
+            problems.append(f"{format_path((kind, component_id))}: unknown {kind[:-1]} type {type_!r} (known: {known})")
             continue
         try:
             built[component_id] = Component(component_id, type_, factory, factory.parse(section))
         except ValidationError as exc:
             problems.extend(_errors(exc, (kind, component_id)))
         except ConfigError as exc:
-            problems.extend(f"{kind}.{component_id}: {p}" for p in exc.problems)
+            problems.extend(f"{format_path((kind, component_id))}: {p}" for p in exc.problems)
     return built
 
 
@@ -146,7 +146,7 @@ def validate(document: dict[str, Any], registry: Registry) -> Config:
     for ext_id, section in top.extensions.items():
         model = registry.extensions.get(_component_type(ext_id))
         if model is None:
-            problems.append(f"extensions.{ext_id}: unknown extension type {_component_type(ext_id)!r}")
+            problems.append(f"{format_path(('extensions', ext_id))}: unknown extension type {_component_type(ext_id)!r}")
             continue
         try:
             extensions[ext_id] = model.model_validate(section if section is not None else {})
@@ -157,7 +157,7 @@ def validate(document: dict[str, Any], registry: Registry) -> Config:
         if ext_id not in top.extensions:
             problems.append(f"service.extensions[{index}]: extension {ext_id!r} is not defined under extensions")
     for pipeline_id, pipeline in top.service.pipelines.items():
-        where = f"service.pipelines.{pipeline_id}"
+        where = format_path(("service", "pipelines", pipeline_id))
         signal_name = pipeline_id.split("/", 1)[0]
         if signal_name not in {s.value for s in Signal}:
             problems.append(f"{where}: pipeline type must be metrics, logs or traces, not {signal_name!r}")
