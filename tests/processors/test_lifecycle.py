@@ -71,7 +71,7 @@ PUBLIC_API = {
     "slurm": sorted([
         "ATTRIBUTES", "Backend", "CacheConfig", "CliBackend", "CliConfig", "GresConfig", "JobCache", "JobInfo",
         "PyslurmBackend", "PyslurmConfig", "RestdBackend", "SlurmConfig", "SlurmError", "SlurmProcessor",
-        "SlurmUnavailable", "SlurmrestdConfig", "factory",
+        "SlurmRuntime", "SlurmUnavailable", "SlurmrestdConfig", "factory",
     ]),
 }
 
