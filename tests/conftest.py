@@ -12,6 +12,7 @@ from support.otlp import OtlpSink
 
 pytest_plugins = [
     "harness.kube.fixtures",
+    "harness.helm.fixtures",
     "harness.otelcol.fixtures",
     "harness.prometheus.fixtures",
     "harness.slurm.fixtures",
