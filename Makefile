@@ -24,7 +24,9 @@ harness:
 	tests/harness/kube/build.sh
 	tests/harness/otelcol/build.sh
 	tests/harness/prometheus/build.sh
+	tests/harness/helm/build.sh
 	sh tests/harness/slurm/setup.sh
+	sh tests/harness/image/setup.sh
 	sh tests/harness/systemd/setup.sh
 
 test: venv harness
