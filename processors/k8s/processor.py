@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from gputally.errors import ConfigError
 from gputally.otlp.batch import Batch, Signal
-from gputally.pipeline.component import ComponentContext, Processor
+from gputally.pipeline.component import ComponentContext, RuntimeProcessor
 from gputally.processors.cgroup import CgroupInfo, parse_cgroup
 
 from . import semconv
@@ -223,27 +223,13 @@ def _value(any_value: Any) -> Any:
     return getattr(any_value, kind) if kind in ("string_value", "int_value") else None
 
 
-class K8sProcessor(Processor):
+class K8sProcessor(RuntimeProcessor[K8sRuntime]):
     """Adds pod, container, workload and node attributes to GPU and GPU-process resources."""
 
     def __init__(self, runtime: K8sRuntime, *, signal: Signal) -> None:
-        self.runtime = runtime
+        super().__init__(runtime)
         self.signal = signal
         self._decisions: dict[bytes, _Decision] = {}
-        self._started = False
-
-    async def start(self) -> None:
-        if not self._started:
-            self._started = True
-            await self.runtime.acquire()
-
-    async def shutdown(self) -> None:
-        if self._started:
-            self._started = False
-            await self.runtime.release()
-
-    def degraded(self) -> str | None:
-        return self.runtime.degraded()
 
     async def process(self, batch: Batch) -> Batch | None:
         runtime = self.runtime

@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from gputally.errors import ConfigError
 from gputally.otlp.batch import Batch, Signal
-from gputally.pipeline.component import ComponentContext, Processor
+from gputally.pipeline.component import ComponentContext, RuntimeProcessor
 from gputally.processors.cgroup import CgroupInfo, parse_cgroup
 from gputally.util.tasks import supervised
 
@@ -202,19 +202,18 @@ class SlurmRuntime:
         return (self.jobs.generation, local, self.gpus.generation)
 
 
-class SlurmProcessor(Processor):
+class SlurmProcessor(RuntimeProcessor[SlurmRuntime]):
     """Adds ``slurm.*`` resource attributes; see the module docstring. One per pipeline, over
     the processor ID's shared :class:`SlurmRuntime`."""
 
     def __init__(self, runtime: SlurmRuntime, *, signal: Signal) -> None:
-        self.runtime = runtime
+        super().__init__(runtime)
         self.config = runtime.config
         self.signal = signal
         self._field = _RESOURCES[signal]
         self._parsed: dict[str, CgroupInfo] = {}
         self._blobs: dict[tuple[Any, ...], bytes] = {}
         self._memos: dict[bytes, _Memo] = {}
-        self._started = False
 
     @property
     def backend(self) -> Backend:
@@ -223,21 +222,6 @@ class SlurmProcessor(Processor):
     @property
     def registry(self) -> CollectorRegistry:
         return self.runtime.registry
-
-    # --- lifecycle -------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        if not self._started:
-            self._started = True
-            await self.runtime.acquire()
-
-    async def shutdown(self) -> None:
-        if self._started:
-            self._started = False
-            await self.runtime.release()
-
-    def degraded(self) -> str | None:
-        return self.runtime.degraded()
 
     async def settle(self) -> None:
         """Wait until every lookup queued so far has been answered (for tests and one-shot tools)."""

@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gputally.otlp.batch import Batch, Signal
-from gputally.pipeline.component import ComponentContext, Processor
+from gputally.pipeline.component import ComponentContext, RuntimeProcessor
 
 from .config import UsageConfig
 from .emit import MetricsEmitter, logs_request
@@ -68,16 +68,19 @@ class UsageRuntime:
         self._users = 0
         self._last_emit = monotonic()
 
-    def acquire(self) -> None:
+    async def acquire(self) -> None:
         self._users += 1
         if self._users == 1 and self.file is not None and self.file.load(self.ledger):
             log.info("%s: usage counters restored from %s (%d GPUs, %d owners)",
                      self.name, self.file.path, len(self.ledger.devices), len(self.ledger.owners))
 
-    def release(self) -> None:
+    async def release(self) -> None:
         self._users = max(0, self._users - 1)
         if self._users == 0:
             self.save()
+
+    def degraded(self) -> str | None:
+        return None
 
     def observe(self, raw: bytes) -> None:
         now = self.monotonic()
@@ -133,27 +136,20 @@ class UsageRuntime:
         self.events.extend(events)
 
 
-class UsageProcessor(Processor):
+class UsageProcessor(RuntimeProcessor[UsageRuntime]):
     """Accounts GPU usage per owner from the data passing through; never changes that data."""
 
     def __init__(self, runtime: UsageRuntime, *, signal: Signal) -> None:
-        self.runtime = runtime
+        super().__init__(runtime)
         self.signal = signal
         self.flush_interval = max(0.2, min(runtime.config.emit_interval, runtime.config.settle or 1.0))
-        self._started = False
 
     async def start(self) -> None:
-        if not self._started:
-            self._started = True
-            self.runtime.acquire()
-            if self.signal is Signal.METRICS and not self.runtime.sends_events:
-                log.info("%s: in no logs pipeline: its idle and summary events are counted, not sent "
-                         "(list it in a logs pipeline to send them)", self.runtime.name)
-
-    async def shutdown(self) -> None:
-        if self._started:
-            self._started = False
-            self.runtime.release()
+        started = self._started
+        await super().start()
+        if not started and self.signal is Signal.METRICS and not self.runtime.sends_events:
+            log.info("%s: in no logs pipeline: its idle and summary events are counted, not sent "
+                     "(list it in a logs pipeline to send them)", self.runtime.name)
 
     async def process(self, batch: Batch) -> Batch | None:
         if self.signal is Signal.METRICS:

@@ -118,15 +118,15 @@ def test_a_restart_with_storage_continues_the_counters(requests: list[Any], tmp_
     want = counters_of(emitted(whole))
 
     first = runtime(clock, storage=tmp_path)
-    first.acquire()
+    asyncio.run(first.acquire())
     feed(first, requests[:4])
     before = emitted(first)
-    first.release()  # saves
+    asyncio.run(first.release())  # saves
     saved = json.loads((tmp_path / "usage-usage.json").read_text())
     assert saved["version"] == 1 and set(saved["devices"])
 
     again = runtime(clock, storage=tmp_path)
-    again.acquire()
+    asyncio.run(again.acquire())
     feed(again, requests[2:])  # the sender retries what was already counted: nothing twice
     after = emitted(again)
     got = counters_of(after)
@@ -155,7 +155,7 @@ def test_without_storage_a_restart_starts_anew_with_a_new_start_time(requests: l
 def test_a_state_file_that_cannot_be_read_is_set_aside(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     (tmp_path / "usage-usage.json").write_text("{not json")
     rt = runtime(storage=tmp_path)
-    rt.acquire()
+    asyncio.run(rt.acquire())
     assert (tmp_path / "usage-usage.json.corrupt").exists()
     assert "cannot be read" in caplog.text and not rt.ledger.devices
 

@@ -40,7 +40,9 @@ __all__ = [
     "Processor",
     "ProcessorFailed",
     "Receiver",
+    "RuntimeProcessor",
     "SharedComponents",
+    "SharedRuntime",
 ]
 
 ALL_SIGNALS = frozenset(Signal)
@@ -158,6 +160,42 @@ class Processor(Component):
         """The outcome of a batch this processor handed on (from :meth:`process` or
         :meth:`flush`): ``None`` once the rest of the pipeline took it, else why it did not.
         Called only after :meth:`defer_acknowledgements` said True."""
+
+
+class SharedRuntime(Protocol):
+    """What the instances of one processor ID share (see :class:`SharedComponents`): counted
+    users, so the first ``acquire`` starts its background work and the last ``release`` stops it."""
+
+    async def acquire(self) -> None: ...
+
+    async def release(self) -> None: ...
+
+    def degraded(self) -> str | None: ...
+
+
+RuntimeT = TypeVar("RuntimeT", bound=SharedRuntime)
+
+
+class RuntimeProcessor(Processor, Generic[RuntimeT]):
+    """A processor instance (one per pipeline) over its ID's shared runtime: ``start`` acquires
+    it and ``shutdown`` releases it, once each, whatever the number of calls."""
+
+    def __init__(self, runtime: RuntimeT) -> None:
+        self.runtime = runtime
+        self._started = False
+
+    async def start(self) -> None:
+        if not self._started:
+            self._started = True
+            await self.runtime.acquire()
+
+    async def shutdown(self) -> None:
+        if self._started:
+            self._started = False
+            await self.runtime.release()
+
+    def degraded(self) -> str | None:
+        return self.runtime.degraded()
 
 
 class Exporter(Component):
