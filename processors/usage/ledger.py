@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from typing import Any
 
 from .config import UsageConfig
@@ -112,6 +113,9 @@ class Ledger:
         """When counters that have no start of their own begin (the service start)."""
         self.devices: dict[str, Device] = {}
         self.owners: dict[Owner, OwnerState] = {}
+        self._pending: set[str] = set()
+        """GPUs with samples waiting to settle: what `settle` looks at, not every GPU."""
+        self._prices: dict[str, float] = {}
         self.events: list[Event] = []
         self.late = 0
         """Samples ignored because their GPU was already integrated past them."""
@@ -138,6 +142,7 @@ class Ledger:
         sample = state.pending.get(time_ns)
         if sample is None:
             sample = state.pending[time_ns] = Sample(arrived=arrived)
+            self._pending.add(hw_id)
         if device is not None:
             sample.device = device
         if process is not None:
@@ -146,10 +151,11 @@ class Ledger:
     def settle(self, now: float, *, everything: bool = False) -> None:
         """Integrate every held sample that arrived ``settle`` seconds ago (all with ``everything``)."""
         limit = now - self.config.settle
-        for hw_id, state in self.devices.items():
-            if not state.pending:
-                continue
+        for hw_id in list(self._pending):
+            state = self.devices[hw_id]
             ready = sorted(t for t, s in state.pending.items() if everything or s.arrived <= limit)
+            if len(ready) == len(state.pending):
+                self._pending.discard(hw_id)
             for t in ready:
                 sample = state.pending.pop(t)
                 if state.last_ns is not None and t <= state.last_ns:
@@ -159,6 +165,8 @@ class Ledger:
                     self.incomplete += 1
                     continue
                 self._integrate(hw_id, state, t, sample)
+        if not self._pending:
+            self._pending = set()  # a set keeps its largest table: iterating it would cost that size
 
     # -- integration -----------------------------------------------------------------------
 
@@ -344,14 +352,14 @@ class Ledger:
                 yield hw_id, device, account
 
     def price(self, device: Device) -> float:
-        """The GPU-hour price of the device's model."""
-        from fnmatch import fnmatch
-
+        """The GPU-hour price of the device's model (first matching rule; decided once per model)."""
         model = str(dict(device.attributes).get("hw.model", "")).lower()
-        for rule in self.config.prices:
-            if fnmatch(model, rule.model.lower()):
-                return rule.per_gpu_hour
-        return self.config.default_price_per_gpu_hour
+        price = self._prices.get(model)
+        if price is None:
+            price = next((rule.per_gpu_hour for rule in self.config.prices if fnmatch(model, rule.model.lower())),
+                         self.config.default_price_per_gpu_hour)
+            self._prices[model] = price
+        return price
 
     def cost(self, device: Device, account: Account) -> float:
         return account.allocated / 3600 * self.price(device) + account.energy / 3.6e6 * self.config.energy_price_per_kwh

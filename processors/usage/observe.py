@@ -19,7 +19,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from .owners import Named, OwnerRules, Value
+from .owners import UNATTRIBUTED, Named, OwnerRules, Value
 
 __all__ = ["DEVICE_KEYS", "DeviceReading", "Observer", "ProcessReading", "Sample"]
 
@@ -128,7 +128,8 @@ class _Decision:
     hw_id: str
     process: str | None
     """``pid@creation`` for a process resource; None for a GPU."""
-    owner: Named | None
+    owner: Named
+    """A process's owner (``unattributed`` when no rule names it; unused for a GPU)."""
     allocation: tuple[Named, ...]
     attributes: tuple[tuple[str, Value], ...]
 
@@ -181,7 +182,7 @@ class Observer:
             for time_ns, roles in values.items():
                 if decision.process is not None:
                     yield decision.hw_id, time_ns, None, decision.process, ProcessReading(
-                        owner=decision.owner or ((), ()),  # type: ignore[arg-type]
+                        owner=decision.owner,
                         utilization=_get(roles, "utilization"),
                         memory=_get(roles, "memory"),
                     )
@@ -213,7 +214,7 @@ class Observer:
                 decision = _Decision(hw_id, process, self._rules.process_owner(attributes), (), ())
             else:
                 device = tuple((k, attributes[k]) for k in DEVICE_KEYS if isinstance(attributes.get(k), str | int))
-                decision = _Decision(hw_id, None, None, self._rules.allocation(attributes), device)
+                decision = _Decision(hw_id, None, (UNATTRIBUTED, ()), self._rules.allocation(attributes), device)
         if len(self._decisions) >= _DECISIONS_LIMIT:
             self._decisions.clear()
         self._decisions[raw] = decision
