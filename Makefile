@@ -9,15 +9,21 @@ export PATH := /usr/local/go/bin:$(PATH)
 
 .PHONY: serve test venv harness bench clean
 
-$(BIN)/gputally: pyproject.toml
+# Two stamps: `make serve` installs gputally and its runtime dependencies only; the test
+# extras (pytest, hypothesis, ruff) come with the first `make test`.
+$(VENV)/.serve-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools wheel
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.test-installed: $(VENV)/.serve-installed
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-venv: $(BIN)/gputally
+venv: $(VENV)/.test-installed
 
-serve: venv
+serve: $(VENV)/.serve-installed
 	$(BIN)/gputally serve
 
 harness:

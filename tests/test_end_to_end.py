@@ -228,8 +228,10 @@ def test_default_serve_prints_where_it_listens_and_shows_data() -> None:
     try:
         lines = _wait_listening(proc)
         text = "".join(lines)
-        assert f"(grpc) listening on 127.0.0.1:{grpc_port}" in text
-        assert f"(http) listening on 127.0.0.1:{http_port}" in text
+        # One clean startup block: each listener and the limiter's limits said once.
+        assert text.count(f"OTLP/gRPC listening on 127.0.0.1:{grpc_port}") == 1
+        assert text.count(f"OTLP/HTTP listening on 127.0.0.1:{http_port}") == 1
+        assert text.count("memory_limiter: limits") == 1
         asyncio.run(send(grpc_port, gpu_request(points=7)))
     finally:
         proc.send_signal(signal.SIGTERM)

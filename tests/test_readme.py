@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,3 +24,49 @@ def test_the_readme_shows_a_full_config() -> None:
 def test_readme_config_validates(block: str) -> None:
     config = load_config(block, environ={"BACKEND_TOKEN": "t"})
     assert config.service.pipelines
+
+
+ROOT = README.parent
+
+
+def _sh_blocks(section: str) -> list[str]:
+    """The ```sh blocks of the README section headed ``section``."""
+    text = README.read_text().split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+
+
+def _run_as_written(script: str) -> subprocess.CompletedProcess[str]:
+    """Runs README commands in bash from the repository root; ``gputally`` resolves to the one
+    beside this interpreter (what ``. .venv/bin/activate`` puts on PATH)."""
+    bindir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
+    if not (ROOT / ".venv/bin/activate").exists():
+        script = script.replace(". .venv/bin/activate\n", "")
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_quick_start_commands_run_as_written() -> None:
+    quick = [b for b in _sh_blocks("Two commands") if b.startswith(". .venv/bin/activate")]
+    assert len(quick) == 1
+    result = _run_as_written(quick[0])
+    assert result.returncode == 0, result.stderr
+    assert "GPU 0 (NVIDIA H200)" in result.stdout
+    assert not (ROOT / "my.yaml").exists()
+
+
+def test_the_probes_first_command_runs_as_written() -> None:
+    block = _sh_blocks("NVIDIA probe")[0]
+    lines = block.splitlines()
+    first = lines[next(i for i, line in enumerate(lines) if line.startswith("# first command")) + 1]
+    assert first.startswith("gputally probe nvml --replay ")
+    result = _run_as_written(first)
+    assert result.returncode == 0, result.stderr
+    assert "GPU 0 (NVIDIA H200)" in result.stdout
+
+
+def test_make_serve_installs_without_the_test_extras() -> None:
+    plan = subprocess.run(["make", "-n", "-B", "serve"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "pip install -q -e .\n" in plan and "[test]" not in plan
+    test_plan = subprocess.run(["make", "-n", "-B", "venv"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "'.[test]'" in test_plan

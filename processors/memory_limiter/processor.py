@@ -67,8 +67,10 @@ class MemoryLimiter(Processor):
         total: Callable[[], int] | None = None,
         collect: Callable[[], object] = gc.collect,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        announce: bool = True,
     ) -> None:
-        """``read_usage`` (bytes in use), ``total`` (bytes allowed), ``collect`` and ``sleep``
+        """``announce``: log the limits on start (the first of an ID's instances does, not one
+        per pipeline). ``read_usage`` (bytes in use), ``total`` (bytes allowed), ``collect`` and ``sleep``
         (the clock of the check loop) default to the real ones; tests pass fakes."""
         self.name = name
         self.interval = config.check_interval
@@ -82,6 +84,7 @@ class MemoryLimiter(Processor):
         self._usage = 0
         self._task: asyncio.Task[None] | None = None
         self._check_failing = False
+        self._announce = announce
 
     @property
     def refusing(self) -> bool:
@@ -98,13 +101,14 @@ class MemoryLimiter(Processor):
             return
         self.check()  # a verdict before the first request, not one interval later
         self._task = asyncio.create_task(self._check_loop(), name=f"{self.name} memory check")
-        logger.info(
-            "%s: limits %d MiB (soft) / %d MiB (hard), checked every %gs",
-            self.name,
-            self.limits.soft // MIB,
-            self.limits.hard // MIB,
-            self.interval,
-        )
+        if self._announce:
+            logger.info(
+                "%s: limits %d MiB (soft) / %d MiB (hard), checked every %gs",
+                self.name,
+                self.limits.soft // MIB,
+                self.limits.hard // MIB,
+                self.interval,
+            )
 
     async def shutdown(self) -> None:
         task, self._task = self._task, None
@@ -166,4 +170,6 @@ class MemoryLimiter(Processor):
 def create(config: MemoryLimiterConfig, context: ComponentContext, signal: Signal) -> MemoryLimiter:
     """Factory hook: one limiter per pipeline, each with its own check task."""
     del signal  # the verdict is the same for every signal
-    return MemoryLimiter(config, name=context.id)
+    made: list[MemoryLimiter] = context.shared.get(__name__, context.id, list)
+    made.append(MemoryLimiter(config, name=context.id, announce=not made))
+    return made[-1]

@@ -96,10 +96,8 @@ def admin_server(config: Config, address: str, service: Service) -> AdminServer:
 
 
 def _listening(service: Service, admin: AdminServer | None) -> list[str]:
+    # Each receiver has already logged where it listens: the block adds what it does not say.
     lines = []
-    for receiver_id, receiver in service.receivers.items():
-        for transport, address in receiver.listening().items():
-            lines.append(f"receiver {receiver_id} ({transport}) listening on {address}")
     if admin and admin.address:
         scheme = "https" if service.config.service.telemetry.metrics.tls else "http"
         lines.append(f"metrics, /healthz and /readyz on {scheme}://{admin.address}")
