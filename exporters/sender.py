@@ -16,6 +16,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Iterable
+from typing import Protocol
 
 from gputally.config.types import QueueSettings, RetrySettings
 from gputally.errors import Refused, TransientExportError
@@ -28,7 +29,7 @@ from gputally.otlp.batch import Batch, Signal
 from gputally.pipeline.component import ComponentContext, Exporter
 from gputally.telemetry import ExporterMetrics
 
-__all__ = ["QueuedExporter"]
+__all__ = ["DeliveryListener", "QueuedExporter"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,17 @@ class _Reachability:
         if self._up is False:
             log.info("%s: %s is available again", self._id, self._description)
         self._up = True
+
+
+class DeliveryListener(Protocol):
+    """Told what became of each batch, for a caller that reports on its own deliveries (the
+    probe) without reading the exporter's metrics back by name."""
+
+    def attempt_failed(self, signal: Signal, error: TransientExportError) -> None:
+        """One try failed and will be retried (the backend unreachable, the handshake refused)."""
+
+    def settled(self, signal: Signal, sent: int, failed: int, error: BaseException | None) -> None:
+        """A batch is done with: ``sent`` items arrived, ``failed`` never will (``error`` says why)."""
 
 
 class QueuedExporter(Exporter):
@@ -103,6 +115,30 @@ class QueuedExporter(Exporter):
         self._started = False
         self._closing = False
         self._closed = asyncio.Event()
+        self._listeners: list[DeliveryListener] = []
+
+    def add_listener(self, listener: DeliveryListener) -> None:
+        """Tell ``listener`` about every failed attempt and every settled batch from now on."""
+        self._listeners.append(listener)
+
+    @property
+    def destination(self) -> str:
+        """Where batches go, as the transport describes it (``host:port`` or a URL)."""
+        return self._transport.description
+
+    @property
+    def queued(self) -> int:
+        """Batches waiting in the queue now (not counting those being sent)."""
+        return len(self._queue)
+
+    @property
+    def capacity(self) -> int:
+        """The most batches the queue holds."""
+        return self._queue.capacity
+
+    def _settled(self, signal: Signal, sent: int, failed: int, error: BaseException | None) -> None:
+        for listener in self._listeners:
+            listener.settled(signal, sent, failed, error)
 
     @property
     def ready(self) -> bool:
@@ -193,6 +229,7 @@ class QueuedExporter(Exporter):
                 # A bug, not a backend failure: count the batch as lost and keep consuming.
                 log.exception("%s: unexpected error sending a %s batch; dropping it", self._id, entry.signal)
                 self._metrics.send_failed[entry.signal].inc(entry.items)
+                self._settled(entry.signal, 0, entry.items, None)
                 outcome = Outcome.PERMANENT
             self._in_flight.discard(entry)
             if outcome is Outcome.STOPPED:
@@ -210,10 +247,12 @@ class QueuedExporter(Exporter):
         except OSError as exc:
             log.error("%s: cannot read queued batch %s: %s; dropping it", self._id, entry.path, exc)
             self._metrics.send_failed[entry.signal].inc(entry.items)
+            self._settled(entry.signal, 0, entry.items, exc)
             return Outcome.PERMANENT
         result = await self._deliver(batch)
         if result.outcome is Outcome.EXHAUSTED:
             self._metrics.send_failed[batch.signal].inc(batch.items)
+            self._settled(batch.signal, 0, batch.items, result.error)
             self._throttle.log("exhausted", logging.ERROR, "%s: giving up on a %s batch of %d items: %s",
                                self._id, batch.signal, batch.items, result.error)
         return result.outcome
@@ -226,12 +265,14 @@ class QueuedExporter(Exporter):
             receipt = result.value or Receipt()
             rejected = min(max(receipt.rejected, 0), batch.items)
             self._metrics.sent[signal].inc(batch.items - rejected)
+            self._settled(signal, batch.items - rejected, rejected, None)
             if rejected:
                 self._metrics.send_failed[signal].inc(rejected)
                 self._throttle.log("partial", logging.WARNING, "%s: backend rejected %d of %d %s items: %s",
                                    self._id, rejected, batch.items, signal, receipt.message)
         elif result.outcome is Outcome.PERMANENT:
             self._metrics.send_failed[signal].inc(batch.items)
+            self._settled(signal, 0, batch.items, result.error)
             self._throttle.log("permanent", logging.ERROR, "%s: backend refused a %s batch of %d items: %s",
                                self._id, signal, batch.items, result.error)
         return result
@@ -241,6 +282,8 @@ class QueuedExporter(Exporter):
             receipt = await self._transport.send(batch)
         except TransientExportError as exc:
             self._reachability.failed(exc)
+            for listener in self._listeners:
+                listener.attempt_failed(batch.signal, exc)
             raise
         self._reachability.succeeded()
         return receipt
@@ -259,4 +302,5 @@ class QueuedExporter(Exporter):
             by_signal[entry.signal] = by_signal.get(entry.signal, 0) + entry.items
         for signal, count in by_signal.items():
             self._metrics.send_failed[signal].inc(count)
+            self._settled(signal, 0, count, None)
         log.warning("%s: dropped %d unsent batches (%d items) at shutdown", self._id, len(entries), items)

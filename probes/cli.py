@@ -57,6 +57,11 @@ def add_probe_arguments(parser: argparse.ArgumentParser, *, source: str) -> None
     parser.add_argument("--interval", default="10s", help="time between collections (default 10s)")
     parser.add_argument("--once", action="store_true", help="collect once, deliver, exit")
     parser.add_argument("--debug", action="store_true", help="print each collection to stdout")
+    parser.add_argument("--metrics-only", action="store_true",
+                        help="send no logs (events): for a server without a logs pipeline")
+    parser.add_argument("--summary-every", default="5m", metavar="DURATION",
+                        help="a one-line summary at info this often (cycles, GPUs, points sent, failures, queue); "
+                             "0: only the final one (default 5m)")
     parser.add_argument("--replay", type=Path, metavar="FILE", help=f"read a recording instead of {source}")
     parser.add_argument("--record", type=Path, metavar="FILE", help="also write what is read as a recording")
     parser.add_argument(
@@ -87,12 +92,18 @@ def probe_interval(args: argparse.Namespace) -> float:
     from gputally.logs import configure_logging
 
     configure_logging(args.log_level)
+    # gRPC's own TLS handshake lines would repeat on every retry; the probe says what they mean once.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     try:
         interval = parse_duration(args.interval)
     except ValueError as exc:
         raise ConfigError(f"--interval: {exc}") from exc
     if interval <= 0:
         raise ConfigError("--interval: must be above 0")
+    try:
+        args.summary_every_s = parse_duration(args.summary_every)
+    except ValueError as exc:
+        raise ConfigError(f"--summary-every: {exc}") from exc
     return interval
 
 
@@ -144,6 +155,7 @@ async def run_collector(args: argparse.Namespace, interval: float, collector: An
     telemetry = SelfTelemetry()
     exporter = None
     exporter_id = "otlp"
+    diagnose = None
     if not args.debug or args.endpoint is not None:
         from gputally.probes.delivery import create_exporter, parse_headers
 
@@ -155,7 +167,17 @@ async def run_collector(args: argparse.Namespace, interval: float, collector: An
             queue_dir=args.queue_dir,
             telemetry=telemetry,
         )
-    options = ProbeOptions(interval_s=interval, once=args.once, debug=args.debug, title=title, probe=probe)
+        from gputally.probes.delivery import tls_mismatch
+
+        destination = str(getattr(exporter, "destination", ""))
+        insecure = args.insecure or destination.startswith("http://")
+
+        async def diagnose() -> str | None:
+            return await tls_mismatch(destination, insecure=insecure)
+
+    options = ProbeOptions(interval_s=interval, once=args.once, debug=args.debug, title=title, probe=probe,
+                           metrics_only=args.metrics_only,
+                           summary_interval_s=getattr(args, "summary_every_s", 300.0))
     runner = Runner(collector, options=options, exporter=exporter, exporter_id=exporter_id, telemetry=telemetry,
-                    allocations=allocations)
+                    allocations=allocations, diagnose=diagnose)
     return await runner.run()

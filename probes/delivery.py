@@ -7,9 +7,13 @@ OpenTelemetry SDK.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import ssl
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
@@ -17,7 +21,7 @@ from gputally.errors import ConfigError
 from gputally.pipeline.component import ComponentContext, Exporter
 from gputally.telemetry import SelfTelemetry
 
-__all__ = ["create_exporter", "parse_headers"]
+__all__ = ["create_exporter", "parse_headers", "tls_mismatch"]
 
 
 def parse_headers(pairs: Sequence[str]) -> dict[str, str]:
@@ -67,3 +71,32 @@ def create_exporter(
         ]) from exc
     context = ComponentContext(id=factory.type, telemetry=telemetry, shutdown_timeout=shutdown_timeout)
     return factory.type, factory.create(config, context)
+
+
+async def tls_mismatch(destination: str, *, insecure: bool, timeout: float = 3.0) -> str | None:
+    """Why the server at ``destination`` cannot be reached when it is our TLS setting: one TLS
+    handshake, certificates unchecked, tells a plaintext server from a TLS one. None when the
+    setting fits, or when the server does not answer at all (a different problem)."""
+    first = destination.split(",")[0].strip()  # otlphttp lists one URL per signal
+    split = urlsplit(first if "://" in first else f"//{first}")
+    if split.hostname is None:
+        return None
+    port = split.port or (443 if split.scheme == "https" else 4317)
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(split.hostname, port, ssl=context), timeout)
+    except ssl.SSLError as exc:
+        plaintext = "WRONG_VERSION_NUMBER" in str(exc) or "record layer failure" in str(exc)
+        if plaintext and not insecure:
+            return f"the server at {split.hostname}:{port} speaks plaintext: use --insecure"
+        return None
+    except (OSError, TimeoutError):
+        return None
+    writer.close()
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
+    if insecure:
+        return f"the server at {split.hostname}:{port} speaks TLS: drop --insecure"
+    return None

@@ -14,7 +14,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
@@ -50,32 +50,57 @@ class ProbeOptions:
     probe: str = "nvml"
     """Which probe this is (``nvml``, ``amd``, ``gaudi``): the debug dump's first line and the
     instrumentation scope ``gputally.probes.<probe>``."""
+    metrics_only: bool = False
+    """Send no logs (events), for a server without a logs pipeline."""
+    summary_interval_s: float = 300.0
+    """Seconds between two summary lines at info (cycles, GPUs, points sent, failures, queue);
+    0: only the final one."""
 
 
-@dataclass
 class _Delivery:
-    exporter_id: str
-    telemetry: SelfTelemetry
-    expected: dict[Signal, int]
+    """What became of the batches handed to the exporter, told by the exporter itself
+    (:class:`~gputally.exporters.sender.DeliveryListener`), and the reasons worth saying once."""
 
-    def settled(self) -> bool:
+    def __init__(self, on_attempt_failed: Callable[[Signal, Exception], None]) -> None:
+        self.expected = {Signal.METRICS: 0, Signal.LOGS: 0}
+        self.sent = {Signal.METRICS: 0, Signal.LOGS: 0}
+        self.failed_items = {Signal.METRICS: 0, Signal.LOGS: 0}
+        self.logs_unimplemented = False
+        self._on_attempt_failed = on_attempt_failed
+
+    def attempt_failed(self, signal: Signal, error: Exception) -> None:
+        self._on_attempt_failed(signal, error)
+
+    def settled(self, signal: Signal, sent: int, failed: int, error: BaseException | None) -> None:
+        self.sent[signal] += sent
+        self.failed_items[signal] += failed
+        if signal is Signal.LOGS and failed and error is not None and _unimplemented(error):
+            self.logs_unimplemented = True
+
+    def is_settled(self) -> bool:
         """True once the exporter has sent (or given up on) every item handed to it."""
-        for kind, items in self.expected.items():
-            labels = {"exporter": self.exporter_id, "signal": kind.value}
-            registry = self.telemetry.registry
-            sent = registry.get_sample_value("gputally_exporter_sent_items_total", labels) or 0.0
-            failed = registry.get_sample_value("gputally_exporter_send_failed_items_total", labels) or 0.0
-            if sent + failed < items:
-                return False
-        return True
+        return all(self.sent[s] + self.failed_items[s] >= n for s, n in self.expected.items())
 
     def failed(self) -> bool:
-        return any(
-            (self.telemetry.registry.get_sample_value(
-                "gputally_exporter_send_failed_items_total", {"exporter": self.exporter_id, "signal": s.value}
-            ) or 0.0) > 0
-            for s in self.expected
+        """Something was lost, other than logs a server without a logs pipeline refused."""
+        return self.failed_items[Signal.METRICS] > 0 or (
+            self.failed_items[Signal.LOGS] > 0 and not self.logs_unimplemented
         )
+
+    def summary(self) -> str:
+        return (f"sent {_count(self.sent[Signal.METRICS], 'point')}, "
+                f"{_count(self.sent[Signal.LOGS], 'log record')}; "
+                f"failed {self.failed_items[Signal.METRICS] + self.failed_items[Signal.LOGS]}")
+
+
+def _unimplemented(error: BaseException) -> bool:
+    """The server has no pipeline for the signal: gRPC UNIMPLEMENTED, HTTP 404."""
+    text = str(error)
+    return text.startswith("UNIMPLEMENTED") or text.startswith("HTTP 404")
+
+
+def _count(n: int, noun: str, plural: str = "") -> str:
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 class Runner:
@@ -92,9 +117,12 @@ class Runner:
         out: TextIO | None = None,
         on_cycle: Callable[[Cycle], None] | None = None,
         allocations: PodAllocations | None = None,
+        diagnose: Callable[[], Awaitable[str | None]] | None = None,
     ) -> None:
         """``allocations``: the kubelet's PodResources on this node; each cycle's GPUs then carry
-        their holders (asked beside the collection, before the debug print and the export)."""
+        their holders (asked beside the collection, before the debug print and the export).
+        ``diagnose``: asked once, after the first failed attempt, why the server cannot be
+        reached when that is a setting of ours (TLS against plaintext); its answer is logged."""
         self._collector = collector
         self._allocations = allocations
         self._options = options
@@ -104,9 +132,19 @@ class Runner:
         self._stop = asyncio.Event()
         self._refusing = False
         self._failing = False
-        self._delivery = _Delivery(exporter_id, telemetry or SelfTelemetry(), {Signal.METRICS: 0, Signal.LOGS: 0})
+        del exporter_id, telemetry  # deliveries are told by the exporter, not read from its metrics
+        self._delivery = _Delivery(self._attempt_failed)
+        if exporter is not None and hasattr(exporter, "add_listener"):
+            exporter.add_listener(self._delivery)
+        self._diagnose = diagnose
+        self._diagnosis: asyncio.Task[str | None] | None = None
+        self._mismatch: str | None = None
+        self._send_logs = not options.metrics_only
         self._encoder: OtlpEncoder | None = None
         self.cycles = 0
+        self._gpus = 0
+        self._processes = 0
+        self._last_summary = time.monotonic()
 
     def stop(self) -> None:
         """Finish the current cycle and return (what SIGTERM and SIGINT call)."""
@@ -133,7 +171,40 @@ class Runner:
                 await self._allocations.close()
             if self._exporter is not None:
                 code = max(code, await self._finish_delivery())
+            if self._diagnosis is not None and not self._diagnosis.done():
+                self._diagnosis.cancel()
+            if not self._options.once:
+                log.info("%s (final)", self.summary())
         return code
+
+    def summary(self) -> str:
+        """One line: cycles, GPUs and processes in the last one, what was sent, the queue."""
+        line = (f"probe {self._options.probe}: {_count(self.cycles, 'cycle')}, {_count(self._gpus, 'GPU')}, "
+                f"{_count(self._processes, 'process', 'processes')}")
+        if self._exporter is None:
+            return line
+        line += f"; {self._delivery.summary()}"
+        queued, capacity = getattr(self._exporter, "queued", None), getattr(self._exporter, "capacity", None)
+        if queued is not None:
+            line += f"; queue {queued}/{capacity} batches"
+        return line
+
+    def _attempt_failed(self, signal: Signal, error: Exception) -> None:
+        del signal, error
+        if self._diagnose is not None and self._diagnosis is None:
+            self._diagnosis = asyncio.get_running_loop().create_task(self._run_diagnosis(), name="probe TLS check")
+
+    async def _run_diagnosis(self) -> str | None:
+        assert self._diagnose is not None
+        try:
+            found = await self._diagnose()
+        except Exception:  # a diagnosis is a courtesy: never a reason to stop
+            log.debug("the connection check failed", exc_info=True)
+            return None
+        if found:
+            self._mismatch = found
+            log.error("%s", found)
+        return found
 
     async def _loop(self) -> int:
         interval = self._options.interval_s
@@ -141,6 +212,8 @@ class Runner:
         while True:
             cycle = await self._collect()
             self.cycles += 1
+            self._gpus = sum(1 for e in cycle.entities if e.kind == "gpu")
+            self._processes = sum(1 for e in cycle.entities if e.kind == "process")
             if self._options.debug:
                 self._out.write(render(cycle, title=self._options.title, probe=self._options.probe))
                 self._out.flush()
@@ -150,6 +223,10 @@ class Runner:
                 await self._export(cycle)
             if self._options.once:
                 return 1 if not cycle.entities and cycle.problems else 0
+            every = self._options.summary_interval_s
+            if every > 0 and time.monotonic() - self._last_summary >= every:
+                self._last_summary = time.monotonic()
+                log.info("%s", self.summary())
             next_tick += interval
             now = time.monotonic()
             if next_tick < now:  # the cycle overran: skip the ticks it missed
@@ -186,7 +263,8 @@ class Runner:
         batches = []
         if cycle.entities:
             batches.append(Batch(Signal.METRICS, message=self._encoder.metrics(cycle.entities, cycle.time_ns)))
-        if cycle.logs:
+        self._note_logs_unimplemented()
+        if cycle.logs and self._send_logs:
             batches.append(Batch(Signal.LOGS, message=self._encoder.logs(cycle.logs, time.time_ns())))
         assert self._exporter is not None
         for batch in batches:
@@ -202,16 +280,32 @@ class Runner:
                 log.info("the exporter accepts data again")
                 self._refusing = False
 
+    def _note_logs_unimplemented(self) -> None:
+        """Said once: the server refused logs for want of a logs pipeline; send none from now on."""
+        if self._send_logs and self._delivery.logs_unimplemented:
+            self._send_logs = False
+            log.warning("the server has no logs pipeline (it answers UNIMPLEMENTED for logs): the probe's "
+                        "events (XID errors, throttling, processes starting and ending) are not kept there; "
+                        "sending metrics only from now on (--metrics-only does so from the start)")
+
     async def _finish_delivery(self) -> int:
         """With ``once``, keep retrying until everything is sent or the drain timeout passes."""
         assert self._exporter is not None
         code = 0
         if self._options.once:
             deadline = time.monotonic() + self._options.drain_timeout_s
-            while not self._delivery.settled() and time.monotonic() < deadline and not self._stop.is_set():
+            while (not self._delivery.is_settled() and time.monotonic() < deadline and not self._stop.is_set()
+                   and self._mismatch is None):
                 await asyncio.sleep(0.05)
-            if self._refusing or not self._delivery.settled() or self._delivery.failed():
-                log.error("the collection was not delivered within %g s", self._options.drain_timeout_s)
+            self._note_logs_unimplemented()
+            if self._mismatch is not None:
+                log.error("the collection was not delivered (the TLS setting, above)")
                 code = 1
+            elif self._refusing or not self._delivery.is_settled() or self._delivery.failed():
+                log.error("the collection was not delivered within %g s (%s)", self._options.drain_timeout_s,
+                          self._delivery.summary())
+                code = 1
+            else:
+                log.info("delivered: %s", self.summary())
         await self._exporter.shutdown()
         return code
