@@ -1,14 +1,18 @@
 """``--debug``: one collection as text a person can check at a glance on a node.
 
 Each GPU with its identity and every point, then each of its processes with pid, owner,
-executable, memory, utilization and cgroup; then any problem and event of the cycle.
+executable, memory, utilization, and what attribution will read from its cgroup (the same
+parser the gateway's processors use), the raw cgroup text beneath; then any problem and event
+of the cycle. A counter that starts with this cycle at 0 (bytes integrated from rates, which
+need two readings) is shown as having no window yet, not as a 0 beside a non-zero rate.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gputally.probes.model import AttrValue, Cycle, Entity, Point
+from gputally.probes.model import AttrValue, Cycle, Entity, Kind, Point
+from gputally.processors.cgroup import CgroupInfo, parse_cgroup
 
 __all__ = ["render"]
 
@@ -23,10 +27,43 @@ def _number(value: float | int, unit: str) -> str:
     return f"{value} {unit}"
 
 
-def _point(point: Point) -> str:
+def _point(point: Point, windowless: bool = False) -> str:
     attrs = ",".join(f"{k}={v}" for k, v in point.attributes)
     name = f"{point.metric.name}{{{attrs}}}" if attrs else point.metric.name
+    if windowless:
+        return f"    {name:<62} - {point.metric.unit} (no window yet: a rate needs two readings)"
     return f"    {name:<62} {_number(point.value, point.metric.unit)}"
+
+
+def _points(entity: Entity, cycle_ns: int | None) -> Iterable[str]:
+    """Every point; a counter that starts this cycle at 0 beside a non-zero rate of the same
+    series (``By`` beside ``By/s``) has no window yet, and is shown so."""
+    rates = {(p.metric.unit, frozenset(p.attributes)) for p in entity.points
+             if p.metric.kind is Kind.GAUGE and p.value and p.metric.unit.endswith("/s")}
+    for p in entity.points:
+        windowless = (p.metric.kind is Kind.COUNTER and p.value == 0 and p.start_ns == cycle_ns
+                      and (f"{p.metric.unit}/s", frozenset(p.attributes)) in rates)
+        yield _point(p, windowless)
+
+
+def attribution(info: CgroupInfo) -> str:
+    """What the k8s and slurm processors will make of a process's cgroup, in a few words."""
+    if info.kind == "kubernetes" or info.pod_uid:
+        details = ", ".join(x for x in (info.qos_class, info.runtime) if x)
+        text = f"pod {info.pod_uid}" + (f" ({details})" if details else "")
+        if info.container_id:
+            text += f", container {info.container_id[:12]}"
+        return text
+    if info.slurm_job_id is not None:
+        text = f"Slurm job {info.slurm_job_id}"
+        if info.slurm_step is not None:
+            text += f" step {info.slurm_step}"
+        if info.slurm_task is not None:
+            text += f" task {info.slurm_task}"
+        return text
+    if info.container_id:
+        return f"container {info.container_id[:12]} ({info.runtime or 'unknown runtime'}), no pod or job"
+    return f"no pod or Slurm job ({info.kind}{f': {info.path}' if info.path else ''})"
 
 
 def _text(value: AttrValue) -> str:
@@ -35,17 +72,17 @@ def _text(value: AttrValue) -> str:
     return str(value)
 
 
-def _gpu_lines(entity: Entity) -> Iterable[str]:
+def _gpu_lines(entity: Entity, cycle_ns: int | None = None) -> Iterable[str]:
     a = entity.attributes
     title = "MIG device" if entity.kind == "mig" else "GPU"
     yield f"{title} {entity.label}"
     for key in sorted(a):
         yield f"  {key} = {_text(a[key])}"
     yield "  metrics:"
-    yield from (_point(p) for p in entity.points)
+    yield from _points(entity, cycle_ns)
 
 
-def _process_lines(entity: Entity) -> Iterable[str]:
+def _process_lines(entity: Entity, cycle_ns: int | None = None) -> Iterable[str]:
     a = entity.attributes
     values = {p.metric.name + "".join(f"/{v}" for _, v in p.attributes): p.value for p in entity.points}
     memory = values.get("gputally.gpu.process.memory.usage")
@@ -62,9 +99,11 @@ def _process_lines(entity: Entity) -> Iterable[str]:
         parts.append(f"started {a['process.creation.time']}")
     yield "  ".join(parts)
     cgroup = a.get("process.linux.cgroup")
+    if cgroup:
+        yield f"      attribution: {attribution(parse_cgroup(str(cgroup)))}"
     for line in str(cgroup).splitlines() if cgroup else ["(unknown: the process has gone or /proc is not readable)"]:
         yield f"      cgroup: {line}"
-    yield from (_point(p) for p in entity.points)
+    yield from _points(entity, cycle_ns)
 
 
 def render(cycle: Cycle, *, title: str = "", probe: str = "nvml") -> str:
@@ -75,11 +114,11 @@ def render(cycle: Cycle, *, title: str = "", probe: str = "nvml") -> str:
     ]
     for gpu in gpus:
         lines.append("")
-        lines.extend(_gpu_lines(gpu))
+        lines.extend(_gpu_lines(gpu, cycle.time_ns))
         processes = [e for e in cycle.processes() if e.attributes.get("hw.id") == gpu.attributes.get("hw.id")]
         lines.append(f"  processes: {len(processes)}")
         for process in processes:
-            lines.extend(_process_lines(process))
+            lines.extend(_process_lines(process, cycle.time_ns))
     events = [entry for entry in cycle.logs if entry.event_name != "gputally.gpu.snapshot"]
     if cycle.problems or events:
         lines.append("")
