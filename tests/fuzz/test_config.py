@@ -16,7 +16,7 @@ from gputally.config.model import Config, load_config
 from gputally.errors import ConfigError
 from gputally.pipeline.registry import Registry
 from gputally.serve import default_config_text
-from tests.fuzz.budget import bounded_memory, counted, fuzz_settings
+from tests.fuzz.budget import bounded_memory, case, fuzz_settings
 from tests.fuzz.strategies import bent
 
 TESTDATA = Path(__file__).resolve().parents[1] / "config" / "testdata"
@@ -49,13 +49,13 @@ def config_text(draw: st.DrawFn) -> str:
 @fuzz_settings("config")
 @given(config_text())
 def check(text: str) -> None:
-    counted("config")
-    try:
-        config = load_config(text, registry=REGISTRY, environ=ENVIRON)
-    except ConfigError as exc:
-        assert exc.problems and all(isinstance(p, str) and p and "\n" not in p for p in exc.problems), exc.problems
-    else:
-        assert isinstance(config, Config)
+    with case("config"):
+        try:
+            config = load_config(text, registry=REGISTRY, environ=ENVIRON)
+        except ConfigError as exc:
+            assert exc.problems and all(isinstance(p, str) and p and "\n" not in p for p in exc.problems), exc.problems
+        else:
+            assert isinstance(config, Config)
 
 
 def test_config_loader() -> None:

@@ -34,7 +34,7 @@ from gputally.receiver.http_server import Encoding, _decode, _inflate
 from gputally.receiver.intake import Intake
 from gputally.receiver.status import Failure, Reason
 from gputally.telemetry import SelfTelemetry
-from tests.fuzz.budget import bounded_memory, counted, fuzz_settings
+from tests.fuzz.budget import bounded_memory, case, fuzz_settings
 from tests.fuzz.strategies import REQUESTS, bent, damaged, json_bytes
 
 LIMIT = 1 << 20
@@ -146,30 +146,30 @@ def compressed(draw: st.DrawFn, raw: bytes) -> tuple[bytes, str]:
 def test_protobuf_requests(loop: asyncio.AbstractEventLoop, intake: Intake) -> None:
     @fuzz_settings("otlp_protobuf")
     @given(signal=SIGNALS, data=st.data())
-    def case(signal: Signal, data: st.DataObject) -> None:
-        counted("otlp_protobuf")
-        message = data.draw(REQUESTS[signal.value])
-        raw = data.draw(damaged(message.SerializeToString()))
-        body, coding = data.draw(compressed(raw))
-        deliver(loop, intake, signal, body, Encoding.PROTOBUF, coding)
+    def one(signal: Signal, data: st.DataObject) -> None:
+        with case("otlp_protobuf"):
+            message = data.draw(REQUESTS[signal.value])
+            raw = data.draw(damaged(message.SerializeToString()))
+            body, coding = data.draw(compressed(raw))
+            deliver(loop, intake, signal, body, Encoding.PROTOBUF, coding)
 
     with bounded_memory("otlp_protobuf"):
-        case()
+        one()
 
 
 def test_json_requests(loop: asyncio.AbstractEventLoop, intake: Intake) -> None:
     @fuzz_settings("otlp_json")
     @given(signal=SIGNALS, data=st.data())
-    def case(signal: Signal, data: st.DataObject) -> None:
-        counted("otlp_json")
-        message = data.draw(REQUESTS[signal.value])
-        tree = data.draw(bent(json.loads(otlp_json.encode(message)), keys=OTLP_KEYS))
-        body = data.draw(damaged(json_bytes(tree))) if data.draw(st.integers(0, 4)) == 0 else json_bytes(tree)
-        body, coding = data.draw(compressed(body))
-        deliver(loop, intake, signal, body, Encoding.JSON, coding)
+    def one(signal: Signal, data: st.DataObject) -> None:
+        with case("otlp_json"):
+            message = data.draw(REQUESTS[signal.value])
+            tree = data.draw(bent(json.loads(otlp_json.encode(message)), keys=OTLP_KEYS))
+            body = data.draw(damaged(json_bytes(tree))) if data.draw(st.integers(0, 4)) == 0 else json_bytes(tree)
+            body, coding = data.draw(compressed(body))
+            deliver(loop, intake, signal, body, Encoding.JSON, coding)
 
     with bounded_memory("otlp_json"):
-        case()
+        one()
 
 
 # -- real servers ------------------------------------------------------------------------------
@@ -212,24 +212,24 @@ def test_http_server(running: Running) -> None:
 
     @fuzz_settings("otlp_http_server")
     @given(signal=SIGNALS, json_encoded=st.booleans(), data=st.data())
-    def case(signal: Signal, json_encoded: bool, data: st.DataObject) -> None:
-        counted("otlp_http_server")
-        message = data.draw(REQUESTS[signal.value])
-        raw = otlp_json.encode(message) if json_encoded else message.SerializeToString()
-        body, coding = data.draw(compressed(data.draw(damaged(raw))))
-        headers = {"Content-Type": "application/json" if json_encoded else "application/x-protobuf"}
-        if coding != "identity":
-            headers["Content-Encoding"] = coding
-        connection = http.client.HTTPConnection(host, int(port), timeout=10)
-        try:
-            connection.request("POST", f"/v1/{signal}", body=body, headers=headers)
-            status = connection.getresponse().status
-        finally:
-            connection.close()
-        assert status in (200, 400, 413, 415), status
+    def one(signal: Signal, json_encoded: bool, data: st.DataObject) -> None:
+        with case("otlp_http_server"):
+            message = data.draw(REQUESTS[signal.value])
+            raw = otlp_json.encode(message) if json_encoded else message.SerializeToString()
+            body, coding = data.draw(compressed(data.draw(damaged(raw))))
+            headers = {"Content-Type": "application/json" if json_encoded else "application/x-protobuf"}
+            if coding != "identity":
+                headers["Content-Encoding"] = coding
+            connection = http.client.HTTPConnection(host, int(port), timeout=10)
+            try:
+                connection.request("POST", f"/v1/{signal}", body=body, headers=headers)
+                status = connection.getresponse().status
+            finally:
+                connection.close()
+            assert status in (200, 400, 413, 415), status
 
     with bounded_memory("otlp_http_server"):
-        case()
+        one()
 
 
 def test_grpc_server(running: Running) -> None:
@@ -239,17 +239,17 @@ def test_grpc_server(running: Running) -> None:
 
     @fuzz_settings("otlp_grpc_server")
     @given(signal=SIGNALS, data=st.data())
-    def case(signal: Signal, data: st.DataObject) -> None:
-        counted("otlp_grpc_server")
-        raw = data.draw(damaged(data.draw(REQUESTS[signal.value]).SerializeToString()))
-        call = channel.unary_unary(f"/opentelemetry.proto.collector.{services[signal]}/Export")
-        try:
-            call(raw, timeout=10)
-        except grpc.RpcError as exc:
-            assert exc.code() is grpc.StatusCode.INVALID_ARGUMENT, f"{exc.code()}: {exc.details()}"
+    def one(signal: Signal, data: st.DataObject) -> None:
+        with case("otlp_grpc_server"):
+            raw = data.draw(damaged(data.draw(REQUESTS[signal.value]).SerializeToString()))
+            call = channel.unary_unary(f"/opentelemetry.proto.collector.{services[signal]}/Export")
+            try:
+                call(raw, timeout=10)
+            except grpc.RpcError as exc:
+                assert exc.code() is grpc.StatusCode.INVALID_ARGUMENT, f"{exc.code()}: {exc.details()}"
 
     try:
         with bounded_memory("otlp_grpc_server"):
-            case()
+            one()
     finally:
         channel.close()

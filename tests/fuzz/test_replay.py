@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from gputally.probes.errors import NvmlCallFailed
 from gputally.probes.recording_check import RecordingError, read_recording
 from gputally.probes.replay_source import ReplaySource
-from tests.fuzz.budget import bounded_memory, counted, fuzz_settings
+from tests.fuzz.budget import bounded_memory, case, fuzz_settings
 from tests.fuzz.strategies import bent, damaged
 from tests.probes.helpers import TIMESERIES, TWO_WORKLOADS
 
@@ -56,20 +56,20 @@ def replay(data: dict) -> None:  # type: ignore[type-arg]
 @fuzz_settings("replay")
 @given(st.data())
 def check(data: st.DataObject) -> None:
-    counted("replay")
-    tree = data.draw(bent(data.draw(st.sampled_from(BASES)), keys=RECORDING_KEYS, edits=3))
-    raw = json.dumps(tree).encode()
-    if data.draw(st.integers(0, 5)) == 0:
-        raw = data.draw(damaged(raw))
-    with tempfile.NamedTemporaryFile(suffix=".json") as file:
-        file.write(raw)
-        file.flush()
-        try:
-            recording = read_recording(Path(file.name))
-        except RecordingError as exc:
-            assert str(exc).startswith(file.name) and "\n" not in str(exc), str(exc)
-            return
-    replay(recording)
+    with case("replay"):
+        tree = data.draw(bent(data.draw(st.sampled_from(BASES)), keys=RECORDING_KEYS, edits=3))
+        raw = json.dumps(tree).encode()
+        if data.draw(st.integers(0, 5)) == 0:
+            raw = data.draw(damaged(raw))
+        with tempfile.NamedTemporaryFile(suffix=".json") as file:
+            file.write(raw)
+            file.flush()
+            try:
+                recording = read_recording(Path(file.name))
+            except RecordingError as exc:
+                assert str(exc).startswith(file.name) and "\n" not in str(exc), str(exc)
+                return
+        replay(recording)
 
 
 def test_replay_loader() -> None:
