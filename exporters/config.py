@@ -103,4 +103,6 @@ class DebugConfig(Strict):
     """``exporters: debug:`` — prints what would be exported."""
 
     verbosity: Literal["basic", "normal", "detailed"] = "basic"
-    """``basic``: one line per batch; ``normal``: one line per resource and item; ``detailed``: the whole message."""
+    """``basic``: one line per batch (time, exporter, pipeline, counts); ``normal``: then a line
+    per resource and one per data point, log record and span (value, attributes, time);
+    ``detailed``: every field, readable, one block per resource."""

@@ -8,86 +8,42 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Iterator
-from typing import Any, Literal, TextIO
-
-from google.protobuf import text_format
+from collections.abc import Mapping
+from typing import TextIO
 
 from gputally.errors import Refused
 from gputally.exporters.config import DebugConfig
+from gputally.exporters.debug_render import Verbosity, render_chunks
 from gputally.otlp.batch import Batch, Signal
 from gputally.pipeline.component import ComponentContext, Exporter, Factory
 from gputally.telemetry import ExporterMetrics
 
-__all__ = ["DebugExporter", "create_exporter", "factory", "render"]
+__all__ = ["DebugExporter", "Verbosity", "create_exporter", "factory", "render"]
 
-Verbosity = Literal["basic", "normal", "detailed"]
-
-_NOUN = {Signal.METRICS: "data points", Signal.LOGS: "log records", Signal.TRACES: "spans"}
-_RESOURCES = {Signal.METRICS: "resource_metrics", Signal.LOGS: "resource_logs", Signal.TRACES: "resource_spans"}
-_SCOPES = {Signal.METRICS: "scope_metrics", Signal.LOGS: "scope_logs", Signal.TRACES: "scope_spans"}
-_ITEMS = {Signal.METRICS: "metrics", Signal.LOGS: "log_records", Signal.TRACES: "spans"}
-
-
-def _value(any_value: Any) -> str:
-    kind = any_value.WhichOneof("value")
-    if kind is None:
-        return ""
-    if kind in ("array_value", "kvlist_value", "bytes_value"):
-        return str(text_format.MessageToString(any_value, as_one_line=True))
-    return str(getattr(any_value, kind))
-
-
-def _attributes(attributes: Any) -> str:
-    return " ".join(f"{kv.key}={_value(kv.value)}" for kv in attributes)
-
-
-def _metric_line(metric: Any) -> str:
-    kind = metric.WhichOneof("data") or "empty"
-    points = len(getattr(metric, kind).data_points) if kind != "empty" else 0
-    return f"{metric.name} {kind} points={points}"
-
-
-def _log_line(record: Any) -> str:
-    severity = record.severity_text or str(record.severity_number)
-    return f"{severity} {_value(record.body)}"
-
-
-def _span_line(span: Any) -> str:
-    millis = (span.end_time_unix_nano - span.start_time_unix_nano) / 1e6
-    return f"{span.name} trace_id={span.trace_id.hex()} span_id={span.span_id.hex()} duration={millis:.3f}ms"
-
-
-_ITEM_LINE = {Signal.METRICS: _metric_line, Signal.LOGS: _log_line, Signal.TRACES: _span_line}
-
-
-def _normal(batch: Batch) -> Iterator[str]:
-    signal = batch.signal
-    for n, resource in enumerate(getattr(batch.message, _RESOURCES[signal])):
-        yield f"  resource #{n} {_attributes(resource.resource.attributes)}".rstrip()
-        for scope_holder in getattr(resource, _SCOPES[signal]):
-            scope = scope_holder.scope
-            if scope.name:
-                yield f"    scope {scope.name} {scope.version}".rstrip()
-            for item in getattr(scope_holder, _ITEMS[signal]):
-                yield f"      {_ITEM_LINE[signal](item)}"
-
-
-def render(batch: Batch, verbosity: Verbosity) -> str:
-    """The text printed for ``batch``: a summary line, then more per ``verbosity``."""
-    resources = len(getattr(batch.message, _RESOURCES[batch.signal]))
-    lines = [f"{batch.signal}: {resources} resources, {batch.items} {_NOUN[batch.signal]}"]
-    if verbosity == "normal":
-        lines.extend(_normal(batch))
-    elif verbosity == "detailed":
-        lines.append(text_format.MessageToString(batch.message))
-    return "\n".join(lines) + "\n"
+def render(batch: Batch, verbosity: Verbosity, *, exporter: str = "debug", pipeline: str = "",
+           now_ns: int | None = None) -> str:
+    """The whole text printed for ``batch`` (see :mod:`gputally.exporters.debug_render`)."""
+    return "".join(render_chunks(batch, verbosity, exporter=exporter, pipeline=pipeline, now_ns=now_ns))
 
 
 class DebugExporter(Exporter):
     """Writes each batch to ``stream``; always ready."""
 
-    def __init__(self, *, verbosity: Verbosity, stream: TextIO, metrics: ExporterMetrics) -> None:
+    def __init__(
+        self,
+        *,
+        verbosity: Verbosity,
+        stream: TextIO,
+        metrics: ExporterMetrics,
+        name: str = "debug",
+        pipelines: Mapping[str, Signal] | None = None,
+    ) -> None:
+        """``name``: the exporter's ID; ``pipelines``: those that send to it, with their signal
+        (a batch's line names the pipeline(s) of its signal)."""
+        self._name = name
+        self._pipelines = {
+            signal: "|".join(sorted(pid for pid, s in (pipelines or {}).items() if s is signal)) for signal in Signal
+        }
         self._verbosity = verbosity
         self._stream = stream
         self._metrics = metrics
@@ -104,7 +60,8 @@ class DebugExporter(Exporter):
         self._metrics.sent[batch.signal].inc(batch.items)
 
     def _write(self, batch: Batch) -> None:
-        self._stream.write(render(batch, self._verbosity))
+        for chunk in render_chunks(batch, self._verbosity, exporter=self._name, pipeline=self._pipelines[batch.signal]):
+            self._stream.write(chunk)  # one resource at a time: a huge batch is never one string
         self._stream.flush()
 
     async def shutdown(self) -> None:
@@ -119,6 +76,8 @@ def create_exporter(config: DebugConfig, context: ComponentContext, *, stream: T
         verbosity=config.verbosity,
         stream=stream if stream is not None else sys.stdout,
         metrics=context.telemetry.for_exporter(context.id),
+        name=context.id,
+        pipelines=context.pipelines,
     )
 
 

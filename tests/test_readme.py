@@ -70,3 +70,20 @@ def test_make_serve_installs_without_the_test_extras() -> None:
     assert "pip install -q -e .\n" in plan and "[test]" not in plan
     test_plan = subprocess.run(["make", "-n", "-B", "venv"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "'.[test]'" in test_plan
+
+
+async def test_the_debug_output_sample_is_what_normal_prints() -> None:
+    from gputally.exporters.debug import render
+    from gputally.otlp.batch import Batch, Signal
+    from gputally.probes.otlp_shape import OtlpEncoder
+    from gputally.probes.replay_source import ReplaySource
+    from tests.probes.helpers import collector, recording
+
+    cycle = await collector(ReplaySource(recording())).collect()
+    message = OtlpEncoder(scope_name="gputally.probes.nvml").metrics(cycle.entities, cycle.time_ns)
+    printed = render(Batch(Signal.METRICS, message=message), "normal", pipeline="metrics").splitlines()
+    sample = README.read_text().split("\n## Debug output\n", 1)[1].split("```\n", 2)[1].splitlines()
+    time = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+    assert time.sub("T", sample[0]) == time.sub("T", printed[0])
+    for line in sample[2:5]:  # the GPU's points as the sample shows them
+        assert time.sub("T", line) in {time.sub("T", p) for p in printed}, line

@@ -258,6 +258,9 @@ class ComponentContext:
     """Whether the whole service is ready (exporters connected); for health endpoints."""
     shared: SharedComponents = field(default_factory=SharedComponents)
     """One per service, the same for every component it creates (see :class:`SharedComponents`)."""
+    pipelines: Mapping[str, Signal] = field(default_factory=dict)
+    """The pipelines that name this component, by ID, with their signal (the debug exporter
+    says which pipeline a batch came through)."""
 
     def authenticator(self, auth: AuthSettings | None) -> BearerTokenAuth | None:
         if auth is None:

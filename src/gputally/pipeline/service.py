@@ -49,6 +49,10 @@ class Service:
         def context(component_id: str) -> ComponentContext:
             return ComponentContext(
                 shared=shared,
+                pipelines={
+                    pid: config.pipeline_signal(pid) for pid, p in config.service.pipelines.items()
+                    if component_id in (*p.receivers, *p.processors, *p.exporters)
+                },
                 id=component_id,
                 telemetry=self.telemetry,
                 authenticators=authenticators,
