@@ -87,3 +87,19 @@ async def test_the_debug_output_sample_is_what_normal_prints() -> None:
     assert time.sub("T", sample[0]) == time.sub("T", printed[0])
     for line in sample[2:5]:  # the GPU's points as the sample shows them
         assert time.sub("T", line) in {time.sub("T", p) for p in printed}, line
+
+
+def test_the_command_table_lists_every_command_and_probe() -> None:
+    import argparse
+
+    from gputally.cli import build_parser
+
+    table = README.read_text().split("\n## Command line\n", 1)[1].split("\n\n", 1)[0]
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in commands.choices.items():
+        assert f"`gputally {name}" in table, name
+        if name == "probe":
+            probes = next(a for a in sub._actions if isinstance(a, argparse._SubParsersAction))
+            for probe in probes.choices:
+                assert f"`gputally probe {probe} [...]`" in table, probe

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from gputally.admin import AdminServer
 from gputally.config.files import check_input_files
-from gputally.config.model import Config, load_config
+from gputally.config.model import Config, load_sources
+from gputally.config.sources import ConfigSources
 from gputally.errors import ConfigError
 from gputally.logs import configure_logging
 from gputally.pipeline.service import Service
@@ -32,18 +33,21 @@ WORKER_VARIABLE = "GPUTALLY_WORKER"
 config can give each worker its own queue directory (``queue-${env:GPUTALLY_WORKER}``)."""
 
 
-def load(path: Path | None, *, worker: int | None = None) -> Config:
-    """The config at ``path``, or the embedded default, expanded as worker ``worker`` sees it.
+def load(sources: ConfigSources | Path | None, *, worker: int | None = None, skip_env: bool = False) -> Config:
+    """The config from ``sources`` (a file, several ``--config`` and ``--set`` values, or none:
+    the embedded default), expanded as worker ``worker`` sees it.
 
     ``GPUTALLY_WORKER`` is the worker's number; with ``worker=None`` (one process, and
     ``validate``) it keeps its value from the environment, and is ``0`` when unset.
     """
+    if not isinstance(sources, ConfigSources):
+        sources = ConfigSources(() if sources is None else (str(sources),))
     environ = dict(os.environ)
     if worker is not None:
         environ[WORKER_VARIABLE] = str(worker)
     else:
         environ.setdefault(WORKER_VARIABLE, "0")
-    return load_config(path if path is not None else default_config_text(), environ=environ)
+    return load_sources(sources, default_text=default_config_text(), environ=environ, skip_env=skip_env)
 
 
 def check_files(config: Config) -> None:
@@ -109,7 +113,7 @@ def _listening(service: Service, admin: AdminServer | None) -> list[str]:
     return lines
 
 
-def serve(config: Config, *, workers: int = 1, path: Path | None = None) -> int:
+def serve(config: Config, *, workers: int = 1, path: ConfigSources | Path | None = None) -> int:
     """Run until a signal arrives; returns the process exit code.
 
     ``config`` is the config as loaded by :func:`load` (for ``--workers``: as worker 0 sees
@@ -128,7 +132,7 @@ def serve(config: Config, *, workers: int = 1, path: Path | None = None) -> int:
     return _serve_workers(path, workers)
 
 
-def _serve_workers(path: Path | None, workers: int) -> int:
+def _serve_workers(path: ConfigSources | Path | None, workers: int) -> int:
     """Fork ``workers`` processes sharing the listening ports through SO_REUSEPORT.
 
     The kernel spreads connections (not requests) across processes, so senders need

@@ -159,9 +159,18 @@ def _check_nodes(root: Any, name: str) -> None:
     walk(root, ())
 
 
-def load_yaml(source: Path | str, *, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Parse a config file (``Path``) or YAML text (``str``) and expand env references."""
-    name = str(source) if isinstance(source, Path) else "<config>"
+def load_yaml(
+    source: Path | str,
+    *,
+    environ: Mapping[str, str] | None = None,
+    name: str | None = None,
+    skipped: list[str] | None = None,
+) -> dict[str, Any]:
+    """Parse a config file (``Path``) or YAML text (``str``, called ``name`` in messages) and
+    expand env references. With ``skipped`` (``validate --skip-env``) an unset variable is not
+    an error: the reference stays as written and a line naming its key goes to ``skipped``."""
+    if name is None:
+        name = str(source) if isinstance(source, Path) else "<config>"
     text = _read(source) if isinstance(source, Path) else source
     loader: _Loader | None = None
     try:
@@ -193,18 +202,22 @@ def load_yaml(source: Path | str, *, environ: Mapping[str, str] | None = None) -
     if not isinstance(document, dict):
         raise ConfigError(f"{name}: the config must be a mapping of sections, not {type(document).__name__}")
     problems: list[str] = []
-    expanded = expand_env(document, os.environ if environ is None else environ, (), problems)
+    expanded = expand_env(document, os.environ if environ is None else environ, (), problems, skipped)
     if problems:
         raise ConfigError(problems)
     return expanded
 
 
-def expand_env(value: Any, environ: Mapping[str, str], path: tuple[Any, ...], problems: list[str]) -> Any:
-    """Return ``value`` with env references resolved; unresolvable ones are added to ``problems``."""
+def expand_env(
+    value: Any, environ: Mapping[str, str], path: tuple[Any, ...], problems: list[str],
+    skipped: list[str] | None = None,
+) -> Any:
+    """Return ``value`` with env references resolved; unresolvable ones are added to ``problems``
+    (or, with ``skipped``, left as written and named there)."""
     if isinstance(value, dict):
-        return {k: expand_env(v, environ, (*path, k), problems) for k, v in value.items()}
+        return {k: expand_env(v, environ, (*path, k), problems, skipped) for k, v in value.items()}
     if isinstance(value, list):
-        return [expand_env(v, environ, (*path, i), problems) for i, v in enumerate(value)]
+        return [expand_env(v, environ, (*path, i), problems, skipped) for i, v in enumerate(value)]
     if not isinstance(value, str) or "$" not in value:
         return value
 
@@ -216,12 +229,15 @@ def expand_env(value: Any, environ: Mapping[str, str], path: tuple[Any, ...], pr
             return environ[name]
         if default is not None:
             return default
+        if skipped is not None:
+            skipped.append(f"{format_path(path)}: environment variable {name} is not set; not checked (--skip-env)")
+            return match.group(0)
         problems.append(f"{format_path(path)}: environment variable {name} is not set")
         return ""
 
     whole = _REFERENCE.fullmatch(value)
     result = _REFERENCE.sub(replace, value)
-    if whole and whole.group(0) != "$$":
+    if whole and whole.group(0) != "$$" and result != whole.group(0):
         try:
             typed = yaml.safe_load(result) if result and len(result) <= 1000 else None
         except (yaml.YAMLError, ValueError, RecursionError):

@@ -7,20 +7,34 @@ component's own section is validated by the config model of its factory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
 from gputally.config.loader import format_path, load_yaml
+from gputally.config.sources import ConfigSources, resolve
 from gputally.config.types import AuthSettings, Duration, QueueSettings, ServerTLSSettings, Strict
 from gputally.errors import ConfigError
 from gputally.otlp.batch import Signal
 from gputally.pipeline.component import Factory
 from gputally.pipeline.registry import Registry
 
-__all__ = ["Config", "PipelineConfig", "ServiceConfig", "TelemetryConfig", "load_config"]
+__all__ = ["Config", "PipelineConfig", "ServiceConfig", "TelemetryConfig", "load_config", "load_sources"]
+
+_NOT_SUPPORTED = {
+    ("connectors",): "not supported: gputally has no connectors; give each signal its own pipeline "
+                     "(receivers may feed several), or route in an otelcol in front",
+    ("service", "connectors"): "not supported: gputally has no connectors",
+    ("service", "telemetry", "metrics", "readers"): "not supported: gputally serves its own metrics in Prometheus "
+        "format at /metrics; set service.telemetry.metrics.address (host:port, null to turn it off)",
+    ("service", "telemetry", "metrics", "level"): "not supported: every self-metric is always on; "
+        "service.telemetry.metrics.address says where they are served",
+}
+"""otelcol keys a Collector user will type, answered with what gputally does instead."""
 
 
 class PipelineConfig(Strict):
@@ -102,7 +116,7 @@ def _errors(exc: ValidationError, prefix: tuple[Any, ...]) -> list[str]:
         path = (*prefix, *error["loc"])
         message = " ".join(str(error["msg"]).split())  # one line, whatever a value held
         if error["type"] == "extra_forbidden":
-            message = "unknown key"
+            message = _NOT_SUPPORTED.get(tuple(path), "unknown key")
         lines.append(f"{format_path(path)}: {message}")
     return lines
 
@@ -119,8 +133,7 @@ def _build(
         type_ = _component_type(component_id)
         factory = factories.get(type_)
         if factory is None:
-            known = ", ".join(sorted(factories)) or "none"
-            problems.append(f"{format_path((kind, component_id))}: unknown {kind[:-1]} type {type_!r} (known: {known})")
+            problems.append(_unknown_type(kind, component_id, factories))
             continue
         try:
             built[component_id] = Component(component_id, type_, factory, factory.parse(section))
@@ -131,12 +144,34 @@ def _build(
     return built
 
 
+def _unknown_type(kind: str, component_id: str, known: Mapping[str, Any]) -> str:
+    """One line: the unknown type, the nearest known name, and every known one."""
+    type_ = _component_type(component_id)
+    near = difflib.get_close_matches(type_, list(known), n=1, cutoff=0.6)
+    hint = f"did you mean {near[0]}? " if near else ""
+    listed = ", ".join(sorted(known)) or "none"
+    return f"{format_path((kind, component_id))}: unknown {kind[:-1]} type {type_!r} ({hint}known: {listed})"
+
+
+def _types_of(document: dict[str, Any], registry: Registry) -> list[str]:
+    """Unknown component types, from the raw document: said in the same pass as a fault of
+    the document's shape, which stops validation before the components are built."""
+    problems = []
+    for kind, known in (("receivers", registry.receivers), ("processors", registry.processors),
+                        ("exporters", registry.exporters), ("extensions", registry.extensions)):
+        section = document.get(kind)
+        if isinstance(section, dict):
+            problems.extend(_unknown_type(kind, str(cid), known) for cid in section
+                            if _component_type(str(cid)) not in known)
+    return problems
+
+
 def validate(document: dict[str, Any], registry: Registry) -> Config:
     """Check a parsed document against the registry's component types; raise ConfigError."""
     try:
         top = _Document.model_validate(document)
     except ValidationError as exc:
-        raise ConfigError(_errors(exc, ())) from None
+        raise ConfigError(_errors(exc, ()) + _types_of(document, registry)) from None
 
     problems: list[str] = []
     receivers = _build("receivers", top.receivers, registry.receivers, problems)
@@ -146,7 +181,7 @@ def validate(document: dict[str, Any], registry: Registry) -> Config:
     for ext_id, section in top.extensions.items():
         model = registry.extensions.get(_component_type(ext_id))
         if model is None:
-            problems.append(f"{format_path(('extensions', ext_id))}: unknown extension type {_component_type(ext_id)!r}")
+            problems.append(_unknown_type("extensions", ext_id, registry.extensions))
             continue
         try:
             extensions[ext_id] = model.model_validate(section if section is not None else {})
@@ -251,3 +286,19 @@ def load_config(
     """Load, expand and validate a config file (``Path``) or YAML text (``str``)."""
     document = load_yaml(source, environ=environ)
     return validate(document, registry or Registry.discover())
+
+
+def load_sources(
+    sources: ConfigSources,
+    *,
+    default_text: str,
+    environ: Mapping[str, str],
+    registry: Registry | None = None,
+    skip_env: bool = False,
+) -> Config:
+    """Load and merge several ``--config`` sources and ``--set`` values, then validate. With
+    ``skip_env`` an unset variable is left as written and named in the config's warnings."""
+    skipped: list[str] | None = [] if skip_env else None
+    document = resolve(sources, default_text=default_text, environ=environ, skipped=skipped)
+    config = validate(document, registry or Registry.discover())
+    return replace(config, warnings=(*config.warnings, *(skipped or ())))

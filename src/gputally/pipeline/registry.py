@@ -25,7 +25,8 @@ PROCESSOR_GROUP = "gputally.processors"
 EXPORTER_GROUP = "gputally.exporters"
 
 
-def _discover(group: str) -> dict[str, Factory[Any]]:
+def _discover(group: str, origins: dict[str, str] | None = None) -> dict[str, Factory[Any]]:
+    """The group's factories by type; ``origins`` gets where each came from (distribution, module)."""
     found: dict[str, Factory[Any]] = {}
     for entry in entry_points(group=group):
         try:
@@ -39,6 +40,10 @@ def _discover(group: str) -> dict[str, Factory[Any]]:
         if factory.type != entry.name:
             log.warning("%s plugin %r registers type %r; using %r", group, entry.name, factory.type, factory.type)
         found[factory.type] = factory
+        if origins is not None:
+            dist = getattr(entry, "dist", None)
+            package = f"{dist.name} {dist.version}" if dist is not None else "unknown distribution"
+            origins[f"{group.rsplit('.', 1)[1]}/{factory.type}"] = f"{entry.value} (entry point, {package})"
     return found
 
 
@@ -50,14 +55,36 @@ class Registry:
     processors: dict[str, Factory[Any]] = field(default_factory=dict)
     exporters: dict[str, Factory[Any]] = field(default_factory=dict)
     extensions: dict[str, type[Strict]] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)
+    """``kind/type`` -> where it comes from (built in, or an entry point and its distribution)."""
 
     @classmethod
     def discover(cls) -> Registry:
         from gputally.receiver import factory as otlp_receiver
 
+        origins = {
+            f"receivers/{otlp_receiver.type}": "gputally.receiver (built in)",
+            "extensions/bearertokenauth": "gputally.auth (built in)",
+        }
         return cls(
             receivers={otlp_receiver.type: otlp_receiver},
-            processors=_discover(PROCESSOR_GROUP),
-            exporters=_discover(EXPORTER_GROUP),
+            processors=_discover(PROCESSOR_GROUP, origins),
+            exporters=_discover(EXPORTER_GROUP, origins),
             extensions={"bearertokenauth": BearerTokenAuthConfig},
+            origins=origins,
         )
+
+    def describe(self, *, version: str) -> str:
+        """``gputally components``: every kind, each type with where it comes from and, for
+        pipeline components, the signals it takes (as ``otelcol components`` lists them)."""
+        lines = ["buildinfo:", "  command: gputally", f"  version: {version}"]
+        for kind, types in (("receivers", self.receivers), ("processors", self.processors),
+                            ("exporters", self.exporters), ("extensions", self.extensions)):
+            lines.append(f"{kind}:")
+            for name in sorted(types):
+                lines.append(f"  - name: {name}")
+                lines.append(f"    module: {self.origins.get(f'{kind}/{name}', 'unknown')}")
+                factory = types[name]
+                if isinstance(factory, Factory):
+                    lines.append(f"    signals: [{', '.join(sorted(s.value for s in factory.signals))}]")
+        return "\n".join(lines) + "\n"
