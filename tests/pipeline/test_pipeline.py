@@ -244,12 +244,21 @@ async def test_service_lists_degraded_components() -> None:
             "receivers": {"fake": {}},
             "processors": {"stale": {}},
             "exporters": {"rec": {}},
-            "service": {"pipelines": {"metrics": {"receivers": ["fake"], "processors": ["stale"], "exporters": ["rec"]}}},
+            "service": {"pipelines": {
+                "metrics": {"receivers": ["fake"], "processors": ["stale"], "exporters": ["rec"]},
+                "logs": {"receivers": ["fake"], "processors": ["stale"], "exporters": ["rec"]},
+            }},
         },
         registry,
     )
     service = Service(config)
-    assert service.degraded() == {"metrics/stale": "slurmctld unreachable since 12:00; attributing from cache"}
+    # one entry per processor ID, not one per pipeline: its instances share one runtime
+    assert service.degraded() == {"stale": "slurmctld unreachable since 12:00; attributing from cache"}
+    logs_stage = service.pipelines["logs"].stages[0]
+    assert isinstance(logs_stage.processor, Stale)
+    logs_stage.processor.degraded = lambda: "something else"  # type: ignore[method-assign]
+    assert service.degraded() == {"metrics/stale": "slurmctld unreachable since 12:00; attributing from cache",
+                                  "logs/stale": "something else"}
     assert service.not_ready() == ["starting"]  # degraded is not unready; not started yet is
     await service.start()
     assert service.ready and service.not_ready() == []

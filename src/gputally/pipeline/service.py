@@ -117,13 +117,21 @@ class Service:
         return waiting if self._running else ["starting", *waiting]
 
     def degraded(self) -> dict[str, str]:
-        """Components working below par, with why (see :meth:`Component.degraded`)."""
+        """Components working below par, with why (see :meth:`Component.degraded`): one entry
+        per processor ID, since its instances in several pipelines share one runtime and say
+        the same; under ``pipeline/ID`` only where they differ."""
         found: dict[str, str] = {}
+        by_processor: dict[str, dict[str, str]] = {}
         for pipeline in self.pipelines.values():
             for stage in pipeline.stages:
                 reason = stage.processor.degraded()
                 if reason:
-                    found[f"{pipeline.id}/{stage.id}"] = reason
+                    by_processor.setdefault(stage.id, {})[pipeline.id] = reason
+        for processor_id, reasons in by_processor.items():
+            if len(set(reasons.values())) == 1:
+                found[processor_id] = next(iter(reasons.values()))
+            else:
+                found.update((f"{pipeline_id}/{processor_id}", reason) for pipeline_id, reason in reasons.items())
         for component_id, component in (*self.exporters.items(), *self.receivers.items()):
             reason = component.degraded()
             if reason:
