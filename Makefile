@@ -11,6 +11,10 @@ export PATH := /usr/local/go/bin:$(PATH)
 
 # Two stamps: `make serve` installs gputally and its runtime dependencies only; the test
 # extras (pytest, hypothesis, ruff) come with the first `make test`.
+# setuptools says "Editable installation ... folders with the same name as your package" on
+# every editable install of this layout (package-dir maps receiver/, probes/... into gputally):
+# information only, and the layout is deliberate, so that one warning is filtered by its text.
+export PYTHONWARNINGS := ignore:Editable installation
 $(VENV)/.serve-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools wheel

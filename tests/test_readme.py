@@ -70,6 +70,10 @@ def test_make_serve_installs_without_the_test_extras() -> None:
     assert "pip install -q -e .\n" in plan and "[test]" not in plan
     test_plan = subprocess.run(["make", "-n", "-B", "venv"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "'.[test]'" in test_plan
+    # setuptools' editable-install notice is filtered for the installs make runs
+    shown = subprocess.run(["make", "-s", "-f", "-", "show"], input="include Makefile\nshow:\n\t@echo \"$$PYTHONWARNINGS\"\n",
+                           cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert shown.strip() == "ignore:Editable installation"
 
 
 async def test_the_debug_output_sample_is_what_normal_prints() -> None:
