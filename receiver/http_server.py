@@ -229,7 +229,12 @@ def _decode(signal: Signal, body: bytes, encoding: Encoding) -> Batch:
     if encoding is Encoding.PROTOBUF:
         return Batch.decode(signal, body)
     check_enum_names(body)  # protobuf's parser would read an unknown name as 0
-    message = otlp_json.decode(body, REQUEST_TYPES[signal]())
+    try:
+        message = otlp_json.decode(body, REQUEST_TYPES[signal]())
+    except (SystemError, UnicodeError) as exc:
+        # An escaped unpaired surrogate ("\udc00") is legal JSON but not a Unicode string;
+        # protobuf's C parser fails on it with a SystemError (found by tests/fuzz).
+        raise InvalidRequest("invalid OTLP/JSON: a string holds an unpaired surrogate (not valid Unicode)") from exc
     # Re-encoded and decoded as protobuf so JSON gets exactly the same checks (nameless
     # metrics rejected, items counted); the cost is small next to parsing the JSON.
     return Batch.decode(signal, message.SerializeToString())

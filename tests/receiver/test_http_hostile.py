@@ -152,3 +152,11 @@ async def test_unknown_enum_names_in_json_are_400(
             if status == 400:
                 assert "aggregationTemporality" in (await response.json())["message"]
     assert len(env.consumers[Signal.METRICS].batches) == (status == 200)
+
+
+async def test_an_unpaired_surrogate_in_json_is_400_not_500(env: Env, start_receiver: StartReceiver) -> None:
+    receiver = await start_receiver(http())
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"http://{receiver.http_address}/v1/metrics", data=b'{"]ud800\\udc00": null}',
+                                headers={"Content-Type": "application/json"}) as response:
+            assert response.status == 400, await response.text()
