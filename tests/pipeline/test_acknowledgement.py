@@ -131,3 +131,24 @@ async def test_shutdown_flushes_and_nothing_is_left_waiting(durable: bool) -> No
     await asyncio.wait_for(consume, 1.0)
     assert exporter.items == 10
     assert not processor._emitted and not processor._receipts  # noqa: SLF001 - no ticket left behind
+
+
+async def test_a_sender_that_goes_away_does_not_fail_the_others_in_its_batch() -> None:
+    class SlowExporter(DiskLikeExporter):
+        async def export(self, batch: Batch) -> None:
+            await asyncio.sleep(0.05)
+            await super().export(batch)
+
+    exporter = SlowExporter(durable=True)
+    line, _ = pipeline(exporter, timeout="10s")
+    await line.start()
+    try:
+        first = asyncio.create_task(line.consume(request(60)))
+        await asyncio.sleep(0.01)
+        second = asyncio.create_task(line.consume(request(60)))  # triggers the send of both
+        await asyncio.sleep(0.01)
+        second.cancel()  # its client went away while the batch was being exported
+        await asyncio.wait_for(first, 1.0)  # the first sender is still answered: its data is kept
+        assert exporter.items == 120
+    finally:
+        await line.shutdown()

@@ -108,7 +108,11 @@ class Pipeline:
             if result is not None:
                 stage.metrics.outgoing[self.signal].inc(result.items)
                 if deferring:
-                    await self._carry(index, result)
+                    # The batch carries other senders' held data too: finish carrying it even
+                    # if this sender goes away (gRPC cancels the handler of a cancelled call).
+                    carry = asyncio.ensure_future(self._carry(index, result))
+                    carry.add_done_callback(_retrieve)
+                    await asyncio.shield(carry)
                     result = None
             if receipt is not None:
                 await receipt  # what the stage held of this request has been exported
@@ -192,6 +196,12 @@ class Pipeline:
         self._flushers.clear()
         for index in range(len(self.stages)):
             await self._flush_stage(index, final=True)
+
+
+def _retrieve(task: asyncio.Future[None]) -> None:
+    """Mark a shielded task's outcome as seen (its awaiter may have been cancelled)."""
+    if not task.cancelled():
+        task.exception()
 
 
 class FanOut:
