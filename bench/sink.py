@@ -1,6 +1,7 @@
 """A minimal OTLP/gRPC metrics backend for benchmarks: counts points, answers at once.
 
 Run: python bench/sink.py --port 14317 --report /tmp/sink.json  (totals rewritten every 0.1 s)
+     [--keep-first /tmp/first.bin]  (the first request's bytes, as received: what the server sent)
 """
 
 from __future__ import annotations
@@ -18,10 +19,14 @@ from gputally.otlp.census import census_metrics
 METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
 
 
-async def main(port: int, report: str) -> None:
+async def main(port: int, report: str, keep_first: str | None = None) -> None:
     totals = {"requests": 0, "points": 0}
 
     async def export(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        if keep_first and not totals["requests"]:
+            with open(keep_first + ".tmp", "wb") as out:
+                out.write(request)
+            os.replace(keep_first + ".tmp", keep_first)
         totals["requests"] += 1
         totals["points"] += census_metrics(request).items
         return b""
@@ -57,5 +62,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--report", required=True)
+    parser.add_argument("--keep-first", help="write the first request's bytes to this file")
     args = parser.parse_args()
-    asyncio.run(main(args.port, args.report))
+    asyncio.run(main(args.port, args.report, args.keep_first))
