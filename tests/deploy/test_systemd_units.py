@@ -141,7 +141,7 @@ def test_probe_unit() -> None:
 def test_local_stage_unit() -> None:
     unit = load(LOCAL)
     args = gputally_args(value(unit, "Service", "ExecStart") or "")
-    assert args.command == "serve" and args.config == Path("/etc/gputally/config.yaml")
+    assert args.command == "serve" and args.config == ["/etc/gputally/config.yaml"]  # --config is repeatable
     assert "network-online.target" in words(unit, "Unit", "After")
     assert "network-online.target" in words(unit, "Unit", "Wants")
     assert int(value(unit, "Service", "LimitNOFILE") or 0) >= 65536
