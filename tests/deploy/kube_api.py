@@ -198,7 +198,8 @@ def validate_config(
         for key, value in (secrets or {}).get(secret["secretName"], {"token": "stand-in"}).items():
             (folder / key).write_text(value)
         config_text = config_text.replace(mount["mountPath"] + "/", f"{folder}/")
-    path = tmp / f"{container['name']}-{Path(args.config).name}"
+    (config,) = args.config  # --config is repeatable; the manifests give one
+    path = tmp / f"{container['name']}-{Path(config).name}"
     path.write_text(config_text)
     env = {"PATH": "/usr/bin:/bin", **server_env(container)}
     proc = subprocess.run(

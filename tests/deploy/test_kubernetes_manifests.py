@@ -628,7 +628,8 @@ def test_health_probes_and_config_mounts() -> None:
             for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
                 http = container[probe]["httpGet"]
                 assert http["path"] == path and admin_ports.get(http["port"], http["port"]) == 8888, where
-            config = Path(args.config)
+            (given,) = args.config  # --config is repeatable; the manifests give one
+            config = Path(given)
             (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(config.parent)]
             configmap = volumes[mount["name"]]["configMap"]
             assert configmap["name"] == SERVERS[shape][2], where
