@@ -75,7 +75,10 @@ def resource_attributes(message: ExportMetricsServiceRequest) -> list[dict[str, 
 
 
 async def send(port: int, request: ExportMetricsServiceRequest) -> None:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+    """One request on a connection of its own: grpc's global subchannel pool would otherwise
+    hand a later channel the earlier one's TCP connection (and so the same --workers worker)."""
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
         await channel.unary_unary(METRICS_EXPORT)(request.SerializeToString(), timeout=5)
 
 
