@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.builds import built
+
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build.sh"
 REPO = HERE.parents[2]
@@ -56,19 +58,9 @@ class Helm:
 
 def locate(home: Path) -> Helm:
     """The built helm and CRDs; raises `HarnessError` naming the build script when there are none."""
-    env_helm, env_crds = os.environ.get("GPUTALLY_HELM"), os.environ.get("GPUTALLY_PROMETHEUS_OPERATOR_CRDS")
-    if env_helm and env_crds:
-        binary, crds = Path(env_helm), Path(env_crds)
-    else:
-        proc = subprocess.run(["bash", str(BUILD_SCRIPT), "--check"], capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise HarnessError(
-                "helm for the chart tests is not built (or is out of date): run "
-                f"`{BUILD_SCRIPT.relative_to(REPO)}` first (about 2 minutes; `make harness` does it).\n"
-                f"build.sh --check said: {proc.stderr.strip() or proc.stdout.strip()}"
-            )
-        values = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
-        binary, crds = Path(values["HELM"]), Path(values["PROMETHEUS_OPERATOR_CRDS"])
+    paths = built(BUILD_SCRIPT, {"HELM": "GPUTALLY_HELM", "PROMETHEUS_OPERATOR_CRDS": "GPUTALLY_PROMETHEUS_OPERATOR_CRDS"},
+                  what="helm for the chart tests", cost="about 2 minutes", error=HarnessError)
+    binary, crds = paths["HELM"], paths["PROMETHEUS_OPERATOR_CRDS"]
     if not os.access(binary, os.X_OK):
         raise HarnessError(f"{binary} is not an executable; run {BUILD_SCRIPT.relative_to(REPO)}")
     if not sorted(crds.glob("*.yaml")):

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from harness.builds import built
 from harness.processes import terminate, wait_for_port
 
 HERE = Path(__file__).resolve().parent
@@ -33,19 +34,8 @@ def locate_binary() -> Path:
 
     Raises `HarnessError` naming the build script when there is none.
     """
-    env = os.environ.get("GPUTALLY_OTELCOL")
-    if env:
-        path = Path(env)
-    else:
-        proc = subprocess.run(["bash", str(BUILD_SCRIPT), "--check"], capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise HarnessError(
-                "the otelcol for gputally's end-to-end tests is not built (or is out of date): run "
-                f"`{BUILD_SCRIPT.relative_to(REPO)}` first (several minutes on a first run; `make test` does it).\n"
-                f"build.sh --check said: {proc.stderr.strip() or proc.stdout.strip()}"
-            )
-        values = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
-        path = Path(values["OTELCOL"])
+    path = built(BUILD_SCRIPT, {"OTELCOL": "GPUTALLY_OTELCOL"}, what="the otelcol for gputally's end-to-end tests",
+                 cost="several minutes on a first run", error=HarnessError)["OTELCOL"]
     if not os.access(path, os.X_OK):
         raise HarnessError(f"{path} is not an executable; run {BUILD_SCRIPT.relative_to(REPO)}")
     return path

@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from harness.builds import built
 from harness.processes import free_port, terminate, wait_for_port
 
 HERE = Path(__file__).resolve().parent
@@ -79,19 +80,9 @@ def locate_binaries() -> Binaries:
     """$GPUTALLY_PROMETHEUS and $GPUTALLY_PROMTOOL if both are set, else the up-to-date
     build that ``build.sh --check`` reports. Raises `HarnessError` naming the build script
     when there is none."""
-    env_server, env_tool = os.environ.get("GPUTALLY_PROMETHEUS"), os.environ.get("GPUTALLY_PROMTOOL")
-    if env_server and env_tool:
-        found = Binaries(Path(env_server), Path(env_tool))
-    else:
-        proc = subprocess.run(["bash", str(BUILD_SCRIPT), "--check"], capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise HarnessError(
-                "the Prometheus for gputally's tests is not built (or is out of date): run "
-                f"`{BUILD_SCRIPT.relative_to(REPO)}` first (several minutes on a first run; `make harness` does it).\n"
-                f"build.sh --check said: {proc.stderr.strip() or proc.stdout.strip()}"
-            )
-        values = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
-        found = Binaries(Path(values["PROMETHEUS"]), Path(values["PROMTOOL"]))
+    paths = built(BUILD_SCRIPT, {"PROMETHEUS": "GPUTALLY_PROMETHEUS", "PROMTOOL": "GPUTALLY_PROMTOOL"},
+                  what="the Prometheus for gputally's tests", cost="several minutes on a first run", error=HarnessError)
+    found = Binaries(paths["PROMETHEUS"], paths["PROMTOOL"])
     for path in (found.prometheus, found.promtool):
         if not os.access(path, os.X_OK):
             raise HarnessError(f"{path} is not an executable; run {BUILD_SCRIPT.relative_to(REPO)}")
