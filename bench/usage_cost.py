@@ -33,8 +33,35 @@ STAMP = 1_795_977_093_000_000_000
 """The sample time gpu_node_request writes into every point; the load generator replaces it."""
 
 
+USAGE_NAMES = {
+    # gpu_node_request's synthetic GPU metrics that become the ones usage reads (a sum for the
+    # energy counter, gauges for the rest), so every request is integrated; the point count stays 340.
+    "hw.gpu.metric_01": "hw.gpu.utilization", "hw.gpu.metric_03": "hw.energy",
+    "hw.gpu.metric_02": "hw.gpu.memory.usage", "hw.gpu.metric_04": "hw.gpu.memory.limit",
+    "hw.gpu.process.metric_00": "gputally.gpu.process.memory.usage",
+    "hw.gpu.process.metric_01": "gputally.gpu.process.utilization",
+}
+
+
+def with_usage_metrics(payload: bytes) -> bytes:
+    """The node request with the metric names usage reads in place of synthetic ones."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    request = ExportMetricsServiceRequest.FromString(payload)
+    renamed = 0
+    for rm in request.resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                if metric.name in USAGE_NAMES:
+                    metric.name = USAGE_NAMES[metric.name]
+                    renamed += 1
+    assert renamed == 8 * 4 + 10 * 2, renamed
+    return request.SerializeToString()
+
+
 def restamped(payload: bytes) -> Callable[[], bytes]:
     """Each call: ``payload`` with its sample time 10 s later than the call before (a node's cycles)."""
+    payload = with_usage_metrics(payload)
     old = struct.pack("<Q", STAMP)
     assert payload.count(old) > 0, "the request carries no sample time to replace"
     times = itertools.count(STAMP + 10**10, 10**10)
