@@ -7,7 +7,9 @@ node mode, the probes). Used by tests/k8s, tests/probes* and tests/otelcol.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import grpc
 
 from gputally.proto.podresources.v1 import api_pb2, api_pb2_grpc
 
-__all__ = ["Kubelet", "kubelet_socket", "serve"]
+__all__ = ["Kubelet", "debug_gpus_beside", "kubelet_socket", "serve"]
 
 
 class Kubelet(api_pb2_grpc.PodResourcesListerServicer):
@@ -70,3 +72,16 @@ async def kubelet_socket(directory: Path, kubelet: Kubelet) -> AsyncIterator[Pat
         yield socket
     finally:
         await server.stop(None)
+
+
+async def debug_gpus_beside(kubelet: Kubelet, directory: Path, *probe: str) -> list[str]:
+    """``gputally probe <probe...> --once --debug`` with ``kubelet`` serving on the node: the
+    debug dump's GPU blocks, in order. Fails the test when the probe does not exit 0."""
+    async with kubelet_socket(directory, kubelet) as socket:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gputally.cli", "probe", *probe, "--once", "--debug",
+            "--pod-resources", str(socket), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode == 0, stderr.decode()
+    return stdout.decode().split("\nGPU ")[1:]
