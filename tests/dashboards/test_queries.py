@@ -24,21 +24,19 @@ Throttling needs nothing constructed: the recording has ``sw_power_cap`` active.
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.kube.cluster import KubeCluster, create_namespace
+from harness.kube.cluster import KubeCluster
 from harness.prometheus import otlp
-from harness.prometheus.server import Binaries, HarnessError, Prometheus
+from harness.prometheus.server import Binaries, Prometheus
 from harness.slurm.cluster import SlurmCluster
 from tests.dashboards import grafana
-from tests.usage.scenario import Placed, feed_prometheus, placed
+from tests.usage.scenario import Placed, fed_prometheus
 from tests.usage.series import readings
 
 PRICE_PER_GPU_HOUR = 4.0
@@ -139,24 +137,12 @@ class Fed:
         return grafana.resolve(self.prometheus, board, chosen, start=self.start, end=self.at, durations=DURATIONS)
 
 
-async def _feed(kube: KubeCluster, admin: Any, slurm: SlurmCluster, server: Prometheus, tmp: Path) -> Placed:
-    async with placed(kube, admin, create_namespace(admin).metadata.name, slurm, tmp) as scene:
-        await feed_prometheus(scene, server, tmp, usage=USAGE)
-    return scene
-
-
 @pytest.fixture(scope="module")
 def fed(prometheus_binaries: Binaries, kube_cluster: KubeCluster, kube_admin: Any, slurm_cluster: SlurmCluster,
         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fed]:
     """One Prometheus fed once for the module (the feed takes about 25 s)."""
-    tmp = tmp_path_factory.mktemp("dashboards")
-    server = Prometheus(prometheus_binaries.prometheus, tmp / "prometheus")
-    try:
-        server.start()
-    except HarnessError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        scene = asyncio.run(_feed(kube_cluster, kube_admin, slurm_cluster, server, tmp))
+    with fed_prometheus(prometheus_binaries, kube_cluster, kube_admin, slurm_cluster,
+                        tmp_path_factory.mktemp("dashboards"), usage=USAGE) as (server, scene):
         (last,) = server.query("max(timestamp(gputally_usage_allocated_time_seconds_total))")
         at = float(last["value"][1])
         server.post_otlp(constructed_request(at))
@@ -169,8 +155,6 @@ def fed(prometheus_binaries: Binaries, kube_cluster: KubeCluster, kube_admin: An
         kinds = {o: "slurm.job" for o in (str(scene.job), JOB)} | {"unallocated": "unallocated"}
         kinds |= {o: "k8s.pod" for o in scene.holders}
         yield Fed(server, scene, at, expected, kinds)
-    finally:
-        server.stop()
 
 
 def empty_targets(fed: Fed, board: Mapping[str, Any], values: Mapping[str, grafana.Value | str]) -> list[str]:

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from tests.usage.series import (
     recording,
 )
 
-__all__ = ["Placed", "feed_prometheus", "placed", "run_through_serve"]
+__all__ = ["Placed", "feed_prometheus", "fed_prometheus", "placed", "run_through_serve"]
 
 WARM_UP_S = 600
 """How long before the scene the warm-up copies are stamped: beyond ``max_gap``, so they are
@@ -181,3 +181,35 @@ async def feed_prometheus(scene: Placed, prometheus: Any, tmp_path: Path, *,
         if time.monotonic() > deadline:
             raise AssertionError(f"Prometheus never showed the final counters: {trainer}")
         await asyncio.sleep(0.3)
+
+
+@contextlib.contextmanager
+def fed_prometheus(binaries: Any, kube: KubeCluster, admin: Any, slurm: SlurmCluster, workdir: Path, *,
+                   usage: dict[str, Any] | None = None) -> Iterator[tuple[Any, Placed]]:
+    """A Prometheus of its own, fed once with the scene in a new namespace (about 25 s), for
+    the module- or package-scoped fixtures that read it; stopped on leaving. The feed runs on
+    a thread with its own event loop, so no test's loop (pytest-asyncio) is touched."""
+    import concurrent.futures
+
+    import pytest
+    from harness.kube.cluster import create_namespace
+    from harness.prometheus.server import HarnessError, Prometheus
+
+    server = Prometheus(binaries.prometheus, workdir / "prometheus")
+    try:
+        server.start()
+    except HarnessError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    namespace = create_namespace(admin).metadata.name
+
+    async def feed() -> Placed:
+        async with placed(kube, admin, namespace, slurm, workdir) as scene:
+            await feed_prometheus(scene, server, workdir, usage=usage)
+        return scene
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            scene = pool.submit(asyncio.run, feed()).result()
+        yield server, scene
+    finally:
+        server.stop()
