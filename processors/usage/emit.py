@@ -15,7 +15,7 @@ its observed time, and the events as log records on the owner's resource.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -26,10 +26,10 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from gputally import __version__
 from gputally.otlp.values import set_any_value, set_attributes
 
-from .ledger import OWNER_ID, OWNER_KIND, Account, Device, Event, Ledger
+from .ledger import Account, Device, Event, Ledger
 from .owners import Owner
 
-__all__ = ["OWNER_ID", "OWNER_KIND", "SCOPE", "MetricsEmitter", "logs_request", "metrics_request"]
+__all__ = ["SCOPE", "MetricsEmitter", "logs_request"]
 
 SCOPE = "gputally.processors.usage"
 CURRENCY = "gputally.usage.currency"
@@ -146,14 +146,6 @@ class MetricsEmitter:
         peak.gauge.data_points.add(time_unix_nano=now_ns, as_double=account.peak_memory)
 
 
-def metrics_request(ledger: Ledger, now_ns: int) -> ExportMetricsServiceRequest:
-    """All counters in one request (tests, small ledgers)."""
-    request = ExportMetricsServiceRequest()
-    for part in MetricsEmitter(max_resources=2**62).requests(ledger, now_ns):
-        request.MergeFrom(part)
-    return request
-
-
 def logs_request(events: Sequence[Event], observed_ns: int) -> ExportLogsServiceRequest:
     """The events as log records, grouped under the (owner, GPU) resource they concern."""
     request = ExportLogsServiceRequest()
@@ -172,10 +164,3 @@ def logs_request(events: Sequence[Event], observed_ns: int) -> ExportLogsService
         )
         set_any_value(record.body, event.body)
     return request
-
-
-def counter_names() -> Iterable[str]:
-    """Every metric name the processor emits (for docs and tests)."""
-    yield from (name for name, _, _ in _COUNTERS)
-    yield from ("gputally.usage.cost", "gputally.usage.memory.peak",
-                "gputally.usage.observed.time", "gputally.usage.unobserved.time")
