@@ -106,11 +106,14 @@ def _pb_attrs(attributes: Iterable[Any]) -> frozenset[tuple[str, str]]:
 
 
 def file_resources(out: Path) -> list[tuple[dict[str, str], dict[str, Any]]]:
-    """Every resource in the file exporter's JSON lines: (attributes, the resourceMetrics)."""
+    """Every resource in the file exporter's JSON lines: (attributes, the resourceMetrics).
+
+    Only whole lines are read: the collector may be writing the last one while a test polls."""
     if not out.exists():
         return []
+    text = out.read_text()
     found = []
-    for line in out.read_text().splitlines():
+    for line in text[: text.rfind("\n") + 1].splitlines():
         if line.strip():
             for rm in json.loads(line).get("resourceMetrics", []):
                 found.append((dict(_json_attrs(rm.get("resource", {}).get("attributes", []))), rm))
