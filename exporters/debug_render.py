@@ -14,7 +14,8 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from gputally.otlp.batch import Batch, Signal
+from gputally.otlp.batch import Batch
+from gputally.otlp.signals import SIGNALS, Signal
 
 __all__ = ["Verbosity", "iso", "render_chunks", "value_text"]
 
@@ -22,9 +23,6 @@ Verbosity = Literal["basic", "normal", "detailed"]
 
 _NOUN = {Signal.METRICS: ("data point", "data points"), Signal.LOGS: ("log record", "log records"),
          Signal.TRACES: ("span", "spans")}
-_RESOURCES = {Signal.METRICS: "resource_metrics", Signal.LOGS: "resource_logs", Signal.TRACES: "resource_spans"}
-_SCOPES = {Signal.METRICS: "scope_metrics", Signal.LOGS: "scope_logs", Signal.TRACES: "scope_spans"}
-_ITEMS = {Signal.METRICS: "metrics", Signal.LOGS: "log_records", Signal.TRACES: "spans"}
 _TYPED = {"string_value": "Str", "bool_value": "Bool", "int_value": "Int", "double_value": "Double",
           "array_value": "Slice", "kvlist_value": "Map", "bytes_value": "Bytes"}
 
@@ -122,10 +120,11 @@ _NORMAL = {Signal.METRICS: _normal_metric, Signal.LOGS: _normal_log, Signal.TRAC
 
 def _normal(batch: Batch) -> Iterator[str]:
     signal = batch.signal
-    for resource in getattr(batch.message, _RESOURCES[signal]):
+    spec = SIGNALS[signal]
+    for resource in getattr(batch.message, spec.resource_field):
         lines = [f"resource {_attributes(resource.resource.attributes) or '{}'}"]
-        for holder in getattr(resource, _SCOPES[signal]):
-            for item in getattr(holder, _ITEMS[signal]):
+        for holder in getattr(resource, spec.scope_field):
+            for item in getattr(holder, spec.record_field):
                 lines.extend(_NORMAL[signal](item))
         yield "\n".join(lines) + "\n"
 
@@ -198,16 +197,17 @@ _TITLE = {Signal.METRICS: "Metrics", Signal.LOGS: "Logs", Signal.TRACES: "Spans"
 def _detailed(batch: Batch) -> Iterator[str]:
     signal = batch.signal
     title = _TITLE[signal]
-    for r, resource in enumerate(getattr(batch.message, _RESOURCES[signal])):
+    spec = SIGNALS[signal]
+    for r, resource in enumerate(getattr(batch.message, spec.resource_field)):
         lines = [f"Resource{title} #{r}", f"Resource SchemaURL: {resource.schema_url}"]
         if len(resource.resource.attributes):
             lines.append("Resource attributes:")
             lines.extend(_typed(resource.resource.attributes))
-        for s, holder in enumerate(getattr(resource, _SCOPES[signal])):
+        for s, holder in enumerate(getattr(resource, spec.scope_field)):
             lines.append(f"Scope{title} #{s}")
             lines.append(f"Scope{title} SchemaURL: {holder.schema_url}")
             lines.append(f"InstrumentationScope {holder.scope.name} {holder.scope.version}".rstrip())
-            for n, item in enumerate(getattr(holder, _ITEMS[signal])):
+            for n, item in enumerate(getattr(holder, spec.record_field)):
                 lines.extend(_DETAILED[signal](n, item))
         yield "\n".join(lines) + "\n"
 
@@ -217,7 +217,7 @@ def render_chunks(
 ) -> Iterator[str]:
     """The text for ``batch``: the summary line, then (``normal``, ``detailed``) one chunk per
     resource, each to be written on its own."""
-    resources = len(getattr(batch.message, _RESOURCES[batch.signal]))
+    resources = len(getattr(batch.message, SIGNALS[batch.signal].resource_field))
     one, many = _NOUN[batch.signal]
     where = f" pipeline={pipeline}" if pipeline else ""
     yield (f"{iso(now_ns if now_ns is not None else time.time_ns())} {exporter}{where} {batch.signal}: "

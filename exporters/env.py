@@ -30,7 +30,7 @@ from urllib.parse import unquote, urlsplit
 
 from gputally.config.types import ClientTLSSettings
 from gputally.exporters.config import OTLPGrpcConfig, OTLPHttpConfig, check_http_url
-from gputally.otlp.batch import Signal
+from gputally.otlp.signals import SIGNALS, Signal
 
 __all__ = ["Target", "parse_headers", "resolve_grpc", "resolve_http"]
 
@@ -200,7 +200,7 @@ def resolve_grpc(config: OTLPGrpcConfig, environ: Mapping[str, str]) -> dict[Sig
 
 
 def _join(base: str, signal: Signal) -> str:
-    return f"{base.rstrip('/')}/v1/{signal.value}"
+    return base.rstrip("/") + SIGNALS[signal].http_path
 
 
 def _env_url(found: tuple[str, str], env: _Env) -> str | None:

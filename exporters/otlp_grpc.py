@@ -31,18 +31,14 @@ from gputally.exporters.config import OTLPGrpcConfig
 from gputally.exporters.env import Target, resolve_grpc
 from gputally.exporters.sender import QueuedExporter
 from gputally.exporters.transport import Receipt, receipt_from_response
-from gputally.otlp.batch import RESPONSE_TYPES, Batch, Signal
+from gputally.otlp.batch import Batch
+from gputally.otlp.signals import SIGNALS, Signal
 from gputally.pipeline.component import ComponentContext, Factory
 
 __all__ = ["GrpcTransport", "create_exporter", "factory"]
 
 log = logging.getLogger(__name__)
 
-METHODS = {
-    Signal.METRICS: "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
-    Signal.LOGS: "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
-    Signal.TRACES: "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
-}
 _RETRYABLE = frozenset({
     grpc.StatusCode.CANCELLED,
     grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -138,7 +134,7 @@ class GrpcTransport:
                 self._channels[key] = await self._open(target)
                 self._watchers.append(asyncio.create_task(self._watch(key), name=f"grpc watch {target.endpoint}"))
             self._calls[signal] = self._channels[key].unary_unary(
-                METHODS[signal], request_serializer=None, response_deserializer=None
+                SIGNALS[signal].grpc_method, request_serializer=None, response_deserializer=None
             )
 
     async def _open(self, target: Target) -> grpc.aio.Channel:
@@ -183,7 +179,7 @@ class GrpcTransport:
             raise translate(exc) from exc
         self._reached.add((target.endpoint, target.tls))
         try:
-            response = RESPONSE_TYPES[signal].FromString(raw)
+            response = SIGNALS[signal].response.FromString(raw)
         except DecodeError:
             log.debug("undecodable Export response from %s; ignoring it", target.endpoint)
             return Receipt()

@@ -35,7 +35,8 @@ from gputally.exporters.config import OTLPHttpConfig
 from gputally.exporters.env import Target, resolve_http
 from gputally.exporters.sender import QueuedExporter
 from gputally.exporters.transport import Receipt, receipt_from_response
-from gputally.otlp.batch import REQUEST_TYPES, RESPONSE_TYPES, Batch, Signal
+from gputally.otlp.batch import Batch
+from gputally.otlp.signals import SIGNALS, Signal
 from gputally.pipeline.component import ComponentContext, Factory
 from gputally.tls import client_ssl_context
 
@@ -89,7 +90,7 @@ def _error_text(body: bytes, content_type: str) -> str:
 
 
 def _encode_json(signal: Signal, raw: bytes) -> bytes:
-    return otlp_json.encode(REQUEST_TYPES[signal].FromString(raw))
+    return otlp_json.encode(SIGNALS[signal].request.FromString(raw))
 
 
 async def _read_limited(response: aiohttp.ClientResponse) -> bytes:
@@ -205,7 +206,7 @@ class HttpTransport:
     def _receipt(self, signal: Signal, body: bytes, content_type: str) -> Receipt:
         if not body:
             return Receipt()
-        response = RESPONSE_TYPES[signal]()
+        response = SIGNALS[signal].response()
         try:
             if content_type == "application/json":
                 otlp_json.decode(body, response)

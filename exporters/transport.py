@@ -10,16 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gputally.otlp.batch import Batch, Signal
+from gputally.otlp.batch import Batch
+from gputally.otlp.signals import SIGNALS, Signal
 
 __all__ = ["Receipt", "Transport", "receipt_from_response"]
-
-_REJECTED_FIELD = {
-    Signal.METRICS: "rejected_data_points",
-    Signal.LOGS: "rejected_log_records",
-    Signal.TRACES: "rejected_spans",
-}
-
 
 @dataclass(frozen=True)
 class Receipt:
@@ -34,7 +28,7 @@ def receipt_from_response(signal: Signal, response: Any) -> Receipt:
     if not response.HasField("partial_success"):
         return Receipt()
     partial = response.partial_success
-    return Receipt(rejected=int(getattr(partial, _REJECTED_FIELD[signal])), message=partial.error_message)
+    return Receipt(rejected=int(getattr(partial, SIGNALS[signal].rejected_field)), message=partial.error_message)
 
 
 class Transport(Protocol):

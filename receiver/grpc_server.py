@@ -19,7 +19,8 @@ import grpc
 from grpc_status import rpc_status
 
 from gputally.errors import ConfigError
-from gputally.otlp.batch import Batch, Signal
+from gputally.otlp.batch import Batch
+from gputally.otlp.signals import SIGNALS, Signal
 
 from .config import GRPCSettings, split_endpoint
 from .health import HealthReporter
@@ -28,15 +29,10 @@ from .net import bind_problem, host_port
 from .status import Failure
 from .tls import ServerTLS
 
-__all__ = ["SERVICES", "GRPCServer"]
+__all__ = ["GRPCServer"]
 
 log = logging.getLogger(__name__)
 
-SERVICES = {
-    Signal.METRICS: "opentelemetry.proto.collector.metrics.v1.MetricsService",
-    Signal.LOGS: "opentelemetry.proto.collector.logs.v1.LogsService",
-    Signal.TRACES: "opentelemetry.proto.collector.trace.v1.TraceService",
-}
 CORE_LIMIT_FACTOR = 4
 
 
@@ -64,7 +60,7 @@ class GRPCServer:
         self._limit = settings.max_recv_bytes
         self._health = HealthReporter(
             name=f"{name}/grpc",
-            services=[SERVICES[s] for s in sorted(intake.signals)],
+            services=[SIGNALS[s].service for s in sorted(intake.signals)],
             is_ready=is_ready,
             interval=health_interval,
         )
@@ -88,7 +84,7 @@ class GRPCServer:
         )
         server.add_generic_rpc_handlers(
             [
-                grpc.method_handlers_generic_handler(SERVICES[signal], {"Export": self._export_handler(signal)})
+                grpc.method_handlers_generic_handler(SIGNALS[signal].service, {"Export": self._export_handler(signal)})
                 for signal in sorted(self._intake.signals)
             ]
         )

@@ -18,7 +18,8 @@ from aiohttp import HttpVersion11, hdrs, web
 from prometheus_client import CollectorRegistry
 
 from gputally.errors import ConfigError, InvalidRequest
-from gputally.otlp.batch import REQUEST_TYPES, Batch, Signal
+from gputally.otlp.batch import Batch
+from gputally.otlp.signals import SIGNALS, Signal
 
 from gputally.otlp import json as otlp_json
 from .config import HTTPSettings, split_endpoint
@@ -82,7 +83,7 @@ class HTTPServer:
         """Bind and serve; a port that cannot be bound raises ConfigError."""
         app = web.Application(client_max_size=self._limit)
         for signal in sorted(self._intake.signals):
-            app.router.add_post(f"/v1/{signal}", self._handler(signal), expect_handler=self._expect_handler(signal))
+            app.router.add_post(SIGNALS[signal].http_path, self._handler(signal), expect_handler=self._expect_handler(signal))
         runner = web.AppRunner(
             app,
             access_log=None,  # per-request events are self-metrics, not log lines
@@ -230,7 +231,7 @@ def _decode(signal: Signal, body: bytes, encoding: Encoding) -> Batch:
         return Batch.decode(signal, body)
     check_enum_names(body)  # protobuf's parser would read an unknown name as 0
     try:
-        message = otlp_json.decode(body, REQUEST_TYPES[signal]())
+        message = otlp_json.decode(body, SIGNALS[signal].request())
     except (SystemError, UnicodeError) as exc:
         # An escaped unpaired surrogate ("\udc00") is legal JSON but not a Unicode string;
         # protobuf's C parser fails on it with a SystemError (found by tests/fuzz).

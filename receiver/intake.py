@@ -13,7 +13,8 @@ from typing import Any
 
 from gputally.auth import BearerTokenAuth
 from gputally.errors import InvalidRequest, Refused
-from gputally.otlp.batch import RESPONSE_TYPES, Batch, Signal
+from gputally.otlp.batch import Batch
+from gputally.otlp.signals import SIGNALS, Signal
 from gputally.pipeline.component import Consumer, ProcessorFailed
 from gputally.telemetry import ReceiverMetrics
 
@@ -22,13 +23,6 @@ from .status import Failure
 __all__ = ["Intake"]
 
 log = logging.getLogger(__name__)
-
-_REJECTED_FIELD = {
-    Signal.METRICS: "rejected_data_points",
-    Signal.LOGS: "rejected_log_records",
-    Signal.TRACES: "rejected_spans",
-}
-
 
 class Intake:
     """Hands decoded requests of one transport to the consumers and keeps its self-metrics."""
@@ -80,9 +74,10 @@ class Intake:
             log.exception("%s: unexpected error while handling a %s export request", self._name, signal)
             return self.refuse(signal, Failure.internal(), batch.items if batch is not None else 0)
         self._metrics.accepted[signal].inc(batch.items)
-        response = RESPONSE_TYPES[signal]()
+        spec = SIGNALS[signal]
+        response = spec.response()
         if batch.rejected:
             self._metrics.rejected[signal].inc(batch.rejected)
-            setattr(response.partial_success, _REJECTED_FIELD[signal], batch.rejected)
+            setattr(response.partial_success, spec.rejected_field, batch.rejected)
             response.partial_success.error_message = batch.rejection
         return response

@@ -35,7 +35,8 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from gputally.otlp.batch import Batch, Signal
+from gputally.otlp.batch import Batch
+from gputally.otlp.signals import SIGNALS, Signal
 from gputally.pipeline.component import ComponentContext, Processor
 from gputally.otlp.wire import encode_varint
 
@@ -57,12 +58,6 @@ _POINT_CLASSES: dict[Signal, tuple[type[Any], ...]] = {
     Signal.METRICS: (NumberDataPoint, HistogramDataPoint, ExponentialHistogramDataPoint, SummaryDataPoint),
     Signal.LOGS: (LogRecord,),
     Signal.TRACES: (Span,),
-}
-# Field names from request down to the attribute-holding items, per signal.
-_LAYOUT: dict[Signal, tuple[str, str, str]] = {
-    Signal.METRICS: ("resource_metrics", "scope_metrics", "metrics"),
-    Signal.LOGS: ("resource_logs", "scope_logs", "log_records"),
-    Signal.TRACES: ("resource_spans", "scope_spans", "spans"),
 }
 _PLAN_CACHE_LIMIT = 1024
 
@@ -265,7 +260,7 @@ class AttributesProcessor(Processor):
 
     def __init__(self, config: AttributesConfig, *, signal: Signal) -> None:
         self.signal = signal
-        self._layout = _LAYOUT[signal]
+        self._spec = SIGNALS[signal]
         point_rules = [_Rule.build(a, _POINT_CLASSES[signal]) for a in config.actions if a.context == "point"]
         resource_rules = [_Rule.build(a, (Resource,)) for a in config.actions if a.context == "resource"]
         self._points = _Planner(point_rules) if point_rules else None
@@ -282,7 +277,7 @@ class AttributesProcessor(Processor):
 
     def _change_resources(self, batch: Batch, planner: _Planner) -> None:
         changing = False
-        for resource_entry in getattr(batch.message, self._layout[0]):
+        for resource_entry in getattr(batch.message, self._spec.resource_field):
             resource = resource_entry.resource
             plan = planner.plan(Resource, planner.presence(resource.SerializeToString()))
             if not plan.steps:
@@ -312,10 +307,10 @@ class AttributesProcessor(Processor):
         plan = planner.plan(_POINT_CLASSES[self.signal][0], present)
         if not plan.steps:
             return
-        resources, scopes, items = self._layout
-        for resource_entry in getattr(batch.mutable(), resources):
-            for scope_entry in getattr(resource_entry, scopes):
-                _run(getattr(scope_entry, items), plan)
+        spec = self._spec
+        for resource_entry in getattr(batch.mutable(), spec.resource_field):
+            for scope_entry in getattr(resource_entry, spec.scope_field):
+                _run(getattr(scope_entry, spec.record_field), plan)
 
 
 def create(config: AttributesConfig, context: ComponentContext, signal: Signal) -> AttributesProcessor:

@@ -13,7 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gputally.otlp.batch import Batch, Signal
+from gputally.otlp.batch import Batch
+from gputally.otlp.signals import SIGNALS, Signal
 from gputally.pipeline.component import ComponentContext, FailurePolicy, Processor
 
 from .config import (
@@ -30,11 +31,6 @@ from .config import (
 
 __all__ = ["FilterProcessor", "create"]
 
-_LAYOUT: dict[Signal, tuple[str, str, str]] = {
-    Signal.METRICS: ("resource_metrics", "scope_metrics", "metrics"),
-    Signal.LOGS: ("resource_logs", "scope_logs", "log_records"),
-    Signal.TRACES: ("resource_spans", "scope_spans", "spans"),
-}
 _REGEXP_CACHE_LIMIT = 4096
 _SERVICE_NAME = "service.name"
 
@@ -159,7 +155,7 @@ class FilterProcessor(Processor):
         self.signal = signal
         # Never pass data on unfiltered: what was meant to be dropped would leak.
         self.on_failure = FailurePolicy(config.on_failure)
-        self._layout = _LAYOUT[signal]
+        self._spec = SIGNALS[signal]
         sections: dict[Signal, MetricFilter | LogFilter | SpanFilter] = {
             Signal.METRICS: config.metrics,
             Signal.LOGS: config.logs,
@@ -195,9 +191,9 @@ class FilterProcessor(Processor):
 
     def _filter(self, batch: Batch) -> bool:
         """Drop what does not pass; True when anything was dropped."""
-        resources_field, scopes_field, items_field = self._layout
+        spec = self._spec
         changed = False
-        entries = getattr(batch.message, resources_field)
+        entries = getattr(batch.message, spec.resource_field)
         for r in reversed(range(len(entries))):
             entry = entries[r]
             matchers = self._item_matchers(entry.resource)
@@ -210,10 +206,10 @@ class FilterProcessor(Processor):
             include, exclude = matchers
             if include is None and exclude is None:
                 continue
-            scopes = getattr(entry, scopes_field)
+            scopes = getattr(entry, spec.scope_field)
             emptied = False
             for s in reversed(range(len(scopes))):
-                items = getattr(scopes[s], items_field)
+                items = getattr(scopes[s], spec.record_field)
                 drop = [
                     i
                     for i, item in enumerate(items)

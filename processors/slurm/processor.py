@@ -33,7 +33,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 
 from gputally.errors import ConfigError
-from gputally.otlp.batch import Batch, Signal
+from gputally.otlp.batch import Batch
+from gputally.otlp.signals import SIGNALS, Signal
 from gputally.pipeline.component import ComponentContext, RuntimeProcessor
 from gputally.processors.cgroup import CgroupInfo, parse_cgroup
 from gputally.util.tasks import supervised
@@ -63,7 +64,6 @@ CGROUP = "process.linux.cgroup"
 START = "process.creation.time"
 _HINTS = frozenset({HW_ID, HW_NAME, HW_PARENT, GPU_INDEX, BUS_ID, HOST, PID, CGROUP, START})
 _NVIDIA_MINOR = re.compile(r"nvidia(\d+)")
-_RESOURCES = {Signal.METRICS: "resource_metrics", Signal.LOGS: "resource_logs", Signal.TRACES: "resource_spans"}
 _PARSED_LIMIT = 4096
 _BLOB_LIMIT = 4096
 _MEMO_LIMIT = 8192
@@ -210,7 +210,7 @@ class SlurmProcessor(RuntimeProcessor[SlurmRuntime]):
         super().__init__(runtime)
         self.config = runtime.config
         self.signal = signal
-        self._field = _RESOURCES[signal]
+        self._field = SIGNALS[signal].resource_field
         self._parsed: dict[str, CgroupInfo] = {}
         self._blobs: dict[tuple[Any, ...], bytes] = {}
         self._memos: dict[bytes, _Memo] = {}

@@ -18,9 +18,9 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from gputally.auth import BearerTokenAuth, BearerTokenAuthConfig
 from gputally.errors import ConfigError, Refused
 from gputally.exporters.config import OTLPGrpcConfig
-from gputally.exporters.otlp_grpc import METHODS, create_exporter
+from gputally.exporters.otlp_grpc import create_exporter
 from gputally.exporters.sender import QueuedExporter
-from gputally.otlp.batch import Signal
+from gputally.otlp.signals import SIGNALS, Signal
 
 M, L, T = Signal.METRICS, Signal.LOGS, Signal.TRACES
 FAST_RETRY = {"initial_interval": "10ms", "max_interval": "50ms", "max_elapsed_time": "5s"}
@@ -46,10 +46,10 @@ async def test_each_signal_arrives_unchanged(make_exporter, grpc_sink, make_batc
     for batch in batches.values():
         await exporter.export(batch)
     calls = await grpc_sink.wait_calls(3)
-    assert {c.path: c.body for c in calls} == {METHODS[s]: b.serialize() for s, b in batches.items()}
+    assert {c.path: c.body for c in calls} == {SIGNALS[s].grpc_method: b.serialize() for s, b in batches.items()}
     await exporter.shutdown()
     assert [counted("sent", "otlp", s) for s in Signal] == [1, 2, 3]
-    assert METHODS[T] == "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+    assert SIGNALS[T].grpc_method == "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
 async def _byte_counting_proxy(target_port: int) -> tuple[asyncio.Server, dict[str, int]]:

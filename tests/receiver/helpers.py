@@ -19,7 +19,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from gputally.auth import BearerTokenAuth, BearerTokenAuthConfig
-from gputally.otlp.batch import RESPONSE_TYPES, Batch, Signal
+from gputally.otlp.batch import Batch
+from gputally.otlp.signals import SIGNALS, Signal
 from gputally.pipeline.component import ComponentContext
 from gputally.telemetry import SelfTelemetry
 
@@ -190,7 +191,7 @@ async def grpc_export(
             raw = await call
         except grpc.aio.AioRpcError as exc:
             return GrpcResult(exc.code(), exc.details() or "", status=await rpc_status.aio.from_call(call))
-        return GrpcResult(grpc.StatusCode.OK, "", response=RESPONSE_TYPES[signal].FromString(raw))
+        return GrpcResult(grpc.StatusCode.OK, "", response=SIGNALS[signal].response.FromString(raw))
 
 
 @dataclasses.dataclass

@@ -16,7 +16,7 @@ from google.protobuf import json_format
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from gputally.errors import Refused
-from gputally.otlp.batch import RESPONSE_TYPES, Signal
+from gputally.otlp.signals import SIGNALS, Signal
 from tests.receiver.helpers import (
     PARENT_ID,
     REQUESTS,
@@ -157,7 +157,7 @@ async def test_protobuf_export_forwards_the_received_bytes(
 
     assert result.status == 200
     assert result.headers["Content-Type"] == PROTOBUF
-    assert RESPONSE_TYPES[signal].FromString(result.body) == RESPONSE_TYPES[signal]()
+    assert SIGNALS[signal].response.FromString(result.body) == SIGNALS[signal].response()
     assert env.consumers[signal].raw == [body]
     assert env.count("accepted", "http", signal) == items
 

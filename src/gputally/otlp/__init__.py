@@ -1,5 +1,6 @@
-"""OTLP message helpers: the batch that flows through pipelines, and cheap point counting."""
+"""OTLP message helpers: the batch that flows through pipelines, the per-signal table, and cheap point counting."""
 
-from gputally.otlp.batch import REQUEST_TYPES, RESPONSE_TYPES, Batch, Signal
+from gputally.otlp.batch import Batch
+from gputally.otlp.signals import SIGNALS, Signal, SignalSpec
 
-__all__ = ["REQUEST_TYPES", "RESPONSE_TYPES", "Batch", "Signal"]
+__all__ = ["SIGNALS", "Batch", "Signal", "SignalSpec"]

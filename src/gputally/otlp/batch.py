@@ -2,48 +2,22 @@
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Iterable
 from typing import Any, TypeAlias
 
 from google.protobuf.message import DecodeError
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsServiceRequest,
-    ExportLogsServiceResponse,
-)
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-    ExportMetricsServiceRequest,
-    ExportMetricsServiceResponse,
-)
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from gputally.errors import InvalidRequest
 from gputally.otlp.census import Census, census_logs, census_metrics, census_traces
+from gputally.otlp.signals import SIGNALS, Signal
 
-__all__ = ["REQUEST_TYPES", "RESPONSE_TYPES", "Batch", "Request", "Signal"]
+__all__ = ["Batch", "Request", "Signal"]
 
 Request: TypeAlias = ExportMetricsServiceRequest | ExportLogsServiceRequest | ExportTraceServiceRequest
 
-
-class Signal(enum.StrEnum):
-    METRICS = "metrics"
-    LOGS = "logs"
-    TRACES = "traces"
-
-
-REQUEST_TYPES: dict[Signal, type[Any]] = {
-    Signal.METRICS: ExportMetricsServiceRequest,
-    Signal.LOGS: ExportLogsServiceRequest,
-    Signal.TRACES: ExportTraceServiceRequest,
-}
-RESPONSE_TYPES: dict[Signal, type[Any]] = {
-    Signal.METRICS: ExportMetricsServiceResponse,
-    Signal.LOGS: ExportLogsServiceResponse,
-    Signal.TRACES: ExportTraceServiceResponse,
-}
 _CENSUS: dict[Signal, Callable[[bytes], Census]] = {
     Signal.METRICS: census_metrics,
     Signal.LOGS: census_logs,
@@ -91,7 +65,7 @@ class Batch:
         Metrics without a name break the OTLP data model: they are removed here and their
         points reported as rejected.
         """
-        message = REQUEST_TYPES[signal]()
+        message = SIGNALS[signal].request()
         try:
             message.ParseFromString(raw)
             census = _CENSUS[signal](raw)
@@ -124,7 +98,7 @@ class Batch:
     def message(self) -> Any:
         """The decoded request, for reading. Use :meth:`mutable` to change it."""
         if self._message is None:
-            message = REQUEST_TYPES[self.signal]()
+            message = SIGNALS[self.signal].request()
             message.ParseFromString(self._raw)
             self._message = message
         return self._message
