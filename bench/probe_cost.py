@@ -29,10 +29,10 @@ from typing import Any
 
 import psutil
 
-from gputally.probes.collector import Collector
-from gputally.probes.errors import NvmlUnavailable
+from gputally.probes.nvml.collector import NvmlCollector
+from gputally.probes.nvml.errors import NvmlUnavailable
+from gputally.probes.nvml.replay import ReplaySource, load_recording
 from gputally.probes.otlp_shape import OtlpEncoder
-from gputally.probes.replay_source import ReplaySource, load_recording
 
 DEFAULT_RECORDING = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nvml" / "h200-two-workloads.json"
 DURATION = "gputally.gpu.collection.duration"
@@ -44,7 +44,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def measure(source: Any, processes: Any, cycles: int) -> dict[str, Any]:
-    probe = Collector(source, processes, node_name="bench", events=False)
+    probe = NvmlCollector(source, processes, node_name="bench", events=False)
     encoder = OtlpEncoder()
     me = psutil.Process()
     per_gpu: list[float] = []
@@ -174,7 +174,7 @@ async def main() -> int:
 
     if args.live:
         from gputally.probes.hints import ProcFs
-        from gputally.probes.nvml_source import NvmlSource
+        from gputally.probes.nvml.live import NvmlSource
 
         try:
             live = await measure(NvmlSource(), ProcFs(), args.cycles)

@@ -1,17 +1,23 @@
 """Node probes: read GPUs on a node and send raw telemetry as OTLP to ``gputally serve``.
 
-NVIDIA (``gputally probe nvml``), in layers::
+A vendor-neutral core here, one subpackage per vendor::
 
-    DeviceSource   nvml_source (live, pynvml) | replay_source (recordings) | record (wraps either)
-    ProcessInfoSource   hints.ProcFs (a host /proc) | replay_source (recorded proc_facts)
-        -> collector   one cycle: NVML initialised once, GPUs read concurrently in worker threads
-        -> entities    readings -> entities with points and log entries, through the pure mapping
-                       modules device_metrics, process_metrics, gpm, events (catalog names them)
-        -> allocations the kubelet's PodResources on the node: each GPU's and MIG device's holders
-                       (``gputally.k8s.podresources.holders``), for every vendor's probe
-        -> otlp_shape  entities -> OTLP requests (one Resource per GPU, MIG device, GPU process)
-        -> runner      the interval loop: debug print and/or the server's exporter (queue, retry)
+    nvml/    NVIDIA (``gputally probe nvml``): NVML read field by field; live, replay, record
+    amd/     AMD (``gputally probe amd``): amdsmi snapshots
+    gaudi/   Intel Gaudi (``gputally probe gaudi``): hl-smi and NIC-port sysfs snapshots
 
+    model, catalog, status   entities, points and log entries; every metric's name; hw.status
+    procfacts, hints         what /proc says about a GPU process -> attribution hints
+    counters                 start times of cumulative points
+    snapshot*                what the AMD and Gaudi probes share: the snapshot source, its
+                             replay and recording, and the collector
+    collector                the Collector protocol every vendor's collector satisfies
+    allocations              the kubelet's PodResources: each GPU's holders, for every vendor
+    otlp_shape, debug        entities -> OTLP requests; the ``--debug`` view
+    runner, delivery         the interval loop; the server's exporter (queue, retry) from flags
+    cli, command             ``gputally probe`` dispatch; the options every probe shares
+
+Nothing here imports a vendor subpackage except :mod:`~gputally.probes.cli`, the dispatch.
 Names are re-exported lazily, so ``import gputally.probes`` (which every ``gputally`` command
 does through the CLI) costs nothing.
 """
@@ -21,31 +27,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = [
-    "Collector",
-    "NvmlCallFailed",
-    "NvmlError",
-    "NvmlSource",
-    "NvmlUnavailable",
-    "OtlpEncoder",
-    "ProbeOptions",
-    "ProcFs",
-    "RecordingSource",
-    "ReplaySource",
-    "Runner",
-]
+__all__ = ["Collector", "OtlpEncoder", "ProbeOptions", "ProcFacts", "ProcFs", "Runner"]
 
 _HOMES = {
     "Collector": "collector",
-    "NvmlCallFailed": "errors",
-    "NvmlError": "errors",
-    "NvmlSource": "nvml_source",
-    "NvmlUnavailable": "errors",
     "OtlpEncoder": "otlp_shape",
     "ProbeOptions": "runner",
+    "ProcFacts": "procfacts",
     "ProcFs": "hints",
-    "RecordingSource": "record",
-    "ReplaySource": "replay_source",
     "Runner": "runner",
 }
 

@@ -1,183 +1,26 @@
-"""``gputally probe nvml ...``: the NVIDIA node probe's command line.
+"""``gputally probe ...``: the dispatch to every vendor's probe command.
 
-The replay path (``--replay FILE``) never imports pynvml, so ``gputally probe nvml --replay
-FILE --once --debug`` is a newcomer's first command on a laptop without a GPU.
+The one core module that names the vendor subpackages; each adds its own subcommand
+(``nvml``, ``amd``, ``gaudi``) from the shared options of :mod:`~gputally.probes.command`.
+Registering imports only argparse-level code, so ``gputally --help`` stays cheap.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
-import socket
-import sys
-from pathlib import Path
-from typing import Any
 
-__all__ = ["add_probe_arguments", "probe_interval", "register"]
+from gputally.probes.amd import cli as amd_cli
+from gputally.probes.gaudi import cli as gaudi_cli
+from gputally.probes.nvml import cli as nvml_cli
 
-_HELP = "Read NVIDIA GPUs through NVML and send OTLP (or print it with --debug)."
-_EPILOG = """\
-examples:
-  gputally probe nvml --endpoint gateway:4317 --insecure --interval 10s
-  gputally probe nvml --once --debug                  # print one collection of this node's GPUs
-  gputally probe nvml --replay h200.json --once --debug
-  gputally probe nvml --record h200.json --interval 2s  # Ctrl-C when enough cycles are in
-
-With --debug and no --endpoint nothing is sent. Exporter keys not given as flags come from
-OTEL_EXPORTER_OTLP_* (endpoint, headers, certificates, timeout, compression).
-"""
+__all__ = ["register"]
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add the ``probe`` command to the top-level parser."""
+    """Add the ``probe`` command, with one subcommand per vendor, to the top-level parser."""
     probe = commands.add_parser(
         "probe", help="Run a node probe (nvml, amd, gaudi).", description="Node probes that send GPU telemetry."
     )
     probes = probe.add_subparsers(dest="probe", required=True, metavar="PROBE")
-    nvml = probes.add_parser(
-        "nvml", help=_HELP, description=_HELP, epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    nvml.set_defaults(handler=_cmd_nvml)
-    add_probe_arguments(nvml, source="NVML")
-
-    from gputally.probes.vendor_cli import register as register_vendors
-
-    register_vendors(probes)
-
-
-def add_probe_arguments(parser: argparse.ArgumentParser, *, source: str) -> None:
-    """The options every probe takes (``nvml``, ``amd``, ``gaudi``): one definition for all."""
-    parser.add_argument(
-        "--endpoint", metavar="HOST:PORT", help="receiver (default: OTEL_EXPORTER_OTLP_ENDPOINT, else localhost)"
-    )
-    parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc", help="OTLP transport (default grpc)")
-    parser.add_argument("--insecure", action="store_true", help="plain text, no TLS")
-    parser.add_argument("--header", action="append", default=[], metavar="K=V", help="request header (repeatable)")
-    parser.add_argument("--interval", default="10s", help="time between collections (default 10s)")
-    parser.add_argument("--once", action="store_true", help="collect once, deliver, exit")
-    parser.add_argument("--debug", action="store_true", help="print each collection to stdout")
-    parser.add_argument("--metrics-only", action="store_true",
-                        help="send no logs (events): for a server without a logs pipeline")
-    parser.add_argument("--summary-every", default="5m", metavar="DURATION",
-                        help="a one-line summary at info this often (cycles, GPUs, points sent, failures, queue); "
-                             "0: only the final one (default 5m)")
-    parser.add_argument("--replay", type=Path, metavar="FILE", help=f"read a recording instead of {source}")
-    parser.add_argument("--record", type=Path, metavar="FILE", help="also write what is read as a recording")
-    parser.add_argument(
-        "--proc-root", type=Path, default=Path("/proc"), help="where the host's /proc is (default /proc)"
-    )
-    parser.add_argument("--queue-dir", type=Path, metavar="DIR", help="keep the sending queue on disk here")
-    parser.add_argument("--node-name", help="host.name on every resource (default: $NODE_NAME, else the hostname)")
-    parser.add_argument(
-        "--pod-resources", metavar="SOCKET",
-        help="the kubelet's PodResources socket: each GPU then carries the pods it is allocated to "
-             "(gputally.k8s.podresources.holders); 'off' never asks (default: the kubelet's socket, if it exists)",
-    )
-    parser.add_argument(
-        "--no-pod-resources", dest="pod_resources", action="store_const", const="off",
-        help="the same as --pod-resources off",
-    )
-    parser.add_argument(
-        "--pod-resources-refresh", default="10s", metavar="DURATION",
-        help="least time between two PodResources calls (default 10s)",
-    )
-    parser.add_argument("--log-level", choices=("debug", "info", "warn", "error"), default="info")
-
-
-def probe_interval(args: argparse.Namespace) -> float:
-    """Set up logging and return ``--interval`` in seconds (ConfigError when it is no duration)."""
-    from gputally.config.types import parse_duration
-    from gputally.errors import ConfigError
-    from gputally.logs import configure_logging
-
-    configure_logging(args.log_level)
-    # gRPC's own TLS handshake lines would repeat on every retry; the probe says what they mean once.
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    try:
-        interval = parse_duration(args.interval)
-    except ValueError as exc:
-        raise ConfigError(f"--interval: {exc}") from exc
-    if interval <= 0:
-        raise ConfigError("--interval: must be above 0")
-    try:
-        args.summary_every_s = parse_duration(args.summary_every)
-    except ValueError as exc:
-        raise ConfigError(f"--summary-every: {exc}") from exc
-    return interval
-
-
-def _cmd_nvml(args: argparse.Namespace) -> int:
-    return asyncio.run(_run(args, probe_interval(args)))
-
-
-async def _run(args: argparse.Namespace, interval: float) -> int:
-    from gputally.probes.collector import Collector
-
-    source: Any
-    processes: Any
-    if args.replay is not None:
-        from gputally.probes.replay_source import ReplaySource
-
-        try:
-            source = processes = ReplaySource.from_file(args.replay)
-        except (OSError, ValueError) as exc:
-            print(f"gputally: cannot replay {args.replay}: {exc}", file=sys.stderr)
-            return 2
-        title = f"replay of {args.replay.name}"
-    else:
-        from gputally.probes.hints import ProcFs
-        from gputally.probes.nvml_source import NvmlSource
-
-        source, processes, title = NvmlSource(), ProcFs(args.proc_root), "live"
-    if args.record is not None:
-        from gputally.probes.record import RecordingSource
-
-        source = processes = RecordingSource(source, processes, path=args.record)
-    collector = Collector(
-        source, processes, node_name=node_name_of(args), budget_s=min(5.0, interval * 0.8), events=not args.once
-    )
-    return await run_collector(args, interval, collector, title=title, probe="nvml")
-
-
-def node_name_of(args: argparse.Namespace) -> str:
-    """``host.name`` on every resource: ``--node-name``, else $NODE_NAME, else the hostname."""
-    return str(args.node_name or os.environ.get("NODE_NAME") or socket.gethostname())
-
-
-async def run_collector(args: argparse.Namespace, interval: float, collector: Any, *, title: str, probe: str) -> int:
-    """Every probe's last step: its exporter from the common options, then the run loop."""
-    from gputally.probes.allocations import from_options
-    from gputally.probes.runner import ProbeOptions, Runner
-    from gputally.telemetry import SelfTelemetry
-
-    allocations = from_options(args.pod_resources, args.pod_resources_refresh)
-    telemetry = SelfTelemetry()
-    exporter = None
-    exporter_id = "otlp"
-    diagnose = None
-    if not args.debug or args.endpoint is not None:
-        from gputally.probes.delivery import create_exporter, parse_headers
-
-        exporter_id, exporter = create_exporter(
-            protocol=args.protocol,
-            endpoint=args.endpoint,
-            insecure=args.insecure,
-            headers=parse_headers(args.header),
-            queue_dir=args.queue_dir,
-            telemetry=telemetry,
-        )
-        from gputally.probes.delivery import tls_mismatch
-
-        destination = str(getattr(exporter, "destination", ""))
-        insecure = args.insecure or destination.startswith("http://")
-
-        async def diagnose() -> str | None:
-            return await tls_mismatch(destination, insecure=insecure)
-
-    options = ProbeOptions(interval_s=interval, once=args.once, debug=args.debug, title=title, probe=probe,
-                           metrics_only=args.metrics_only,
-                           summary_interval_s=getattr(args, "summary_every_s", 300.0))
-    runner = Runner(collector, options=options, exporter=exporter, exporter_id=exporter_id, telemetry=telemetry,
-                    allocations=allocations, diagnose=diagnose)
-    return await runner.run()
+    for vendor in (nvml_cli, amd_cli, gaudi_cli):
+        vendor.register(probes)

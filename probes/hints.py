@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gputally.probes.source import ProcFacts
+from gputally.probes.procfacts import ProcFacts
 
 __all__ = ["ProcFs", "process_attributes"]
 
@@ -42,7 +42,7 @@ def process_attributes(pid: int, facts: ProcFacts | None) -> dict[str, Any]:
 
 
 class ProcFs:
-    """:class:`~gputally.probes.source.ProcessInfoSource` reading ``root`` (``/proc`` or a host mount).
+    """:class:`~gputally.probes.procfacts.ProcessInfoSource` reading ``root`` (``/proc`` or a host mount).
 
     User names come from ``passwd`` (the host's, next to a host proc mount), re-read when the
     file changes; a uid without an entry is reported as its number.

@@ -80,8 +80,8 @@ async def test_the_debug_output_sample_is_what_normal_prints() -> None:
     from gputally.exporters.debug import render
     from gputally.otlp.batch import Batch, Signal
     from gputally.probes.otlp_shape import OtlpEncoder
-    from gputally.probes.replay_source import ReplaySource
-    from tests.probes.helpers import collector, recording
+    from gputally.probes.nvml.replay import ReplaySource
+    from tests.probes.nvml.helpers import collector, recording
 
     cycle = await collector(ReplaySource(recording())).collect()
     message = OtlpEncoder(scope_name="gputally.probes.nvml").metrics(cycle.entities, cycle.time_ns)

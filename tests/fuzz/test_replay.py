@@ -11,12 +11,12 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gputally.probes.errors import NvmlCallFailed
-from gputally.probes.recording_check import RecordingError, read_recording
-from gputally.probes.replay_source import ReplaySource
+from gputally.probes.nvml.errors import NvmlCallFailed
+from gputally.probes.nvml.recording_check import RecordingError, read_recording
+from gputally.probes.nvml.replay import ReplaySource
 from tests.fuzz.budget import bounded_memory, case, fuzz_settings
 from tests.fuzz.strategies import bent, damaged
-from tests.probes.helpers import TIMESERIES, TWO_WORKLOADS
+from tests.probes.nvml.helpers import TIMESERIES, TWO_WORKLOADS
 
 BASES = [json.loads(TWO_WORKLOADS.read_text()), json.loads(TIMESERIES.read_text())]
 RECORDING_KEYS = st.sampled_from([

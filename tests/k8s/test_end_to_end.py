@@ -24,9 +24,9 @@ from support.otlp import OtlpSink
 from gputally.config.model import load_config
 from gputally.pipeline.registry import Registry
 from gputally.pipeline.service import Service
-from gputally.probes.collector import Collector
+from gputally.probes.nvml.collector import NvmlCollector
 from gputally.probes.otlp_shape import OtlpEncoder
-from gputally.probes.replay_source import ReplaySource, load_recording
+from gputally.probes.nvml.replay import ReplaySource, load_recording
 from gputally.processors.k8s import factory
 from gputally.processors.k8s.processor import K8sProcessor
 
@@ -101,7 +101,7 @@ async def test_replayed_h200_idle_holder_lands_on_its_pod_and_the_slurm_process_
         await eventually(lambda: runtime.nodes.get(node), timeout=5)
 
         source = ReplaySource(recording)
-        probe = Collector(source, source, node_name=node, events=False)
+        probe = NvmlCollector(source, source, node_name=node, events=False)
         encoder = OtlpEncoder()
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:

@@ -23,9 +23,9 @@ import yaml
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 from gputally.probes.allocations import PodAllocations
-from gputally.probes.collector import Collector
+from gputally.probes.nvml.collector import NvmlCollector
 from gputally.probes.otlp_shape import OtlpEncoder
-from gputally.probes.replay_source import ReplaySource, load_recording
+from gputally.probes.nvml.replay import ReplaySource, load_recording
 from harness.processes import terminate, wait_for_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -208,7 +208,7 @@ async def replay_requests(recording: Mapping[str, Any], cycles: int, node: str, 
     the probe asks it every cycle and its GPUs carry their holders, as ``--pod-resources``
     makes the real probe do (the runner's two steps, :mod:`gputally.probes.allocations`)."""
     source = ReplaySource(copy.deepcopy(dict(recording)))
-    probe = Collector(source, source, node_name=node, events=False)
+    probe = NvmlCollector(source, source, node_name=node, events=False)
     allocations = PodAllocations(pod_resources, refresh_s=1e-9) if pod_resources is not None else None
     encoder = OtlpEncoder()
     requests = []

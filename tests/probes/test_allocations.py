@@ -19,12 +19,12 @@ from gputally.errors import ConfigError
 from gputally.probes import allocations
 from gputally.probes.allocations import HOLDERS, PodAllocations, from_options
 from gputally.probes.model import Entity
+from gputally.probes.nvml.replay import ReplaySource
 from gputally.probes.otlp_shape import OtlpEncoder
-from gputally.probes.replay_source import ReplaySource
 from gputally.probes.runner import ProbeOptions, Runner
 from gputally.proto.podresources.v1 import api_pb2
 from tests.k8s.kubelet import Kubelet, kubelet_socket, serve
-from tests.probes.helpers import (
+from tests.probes.nvml.helpers import (
     GPU_UUID,
     MIG_A,
     MIG_B,

@@ -18,9 +18,9 @@ from gputally.cli import main
 from gputally.errors import Refused
 from gputally.otlp.batch import Batch
 from gputally.pipeline.component import Exporter
-from gputally.probes.replay_source import ReplaySource
+from gputally.probes.nvml.replay import ReplaySource
 from gputally.probes.runner import ProbeOptions, Runner
-from tests.probes.helpers import TWO_WORKLOADS, collector, recording
+from tests.probes.nvml.helpers import TWO_WORKLOADS, collector, recording
 
 PYTHON = sys.executable
 NO_PYNVML = """

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from gputally.probes.debug import attribution, render
-from gputally.probes.replay_source import ReplaySource
+from gputally.probes.nvml.replay import ReplaySource
 from gputally.processors.cgroup import parse_cgroup
-from tests.probes.helpers import collector, recording
+from tests.probes.nvml.helpers import collector, recording
 
 POD = ("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6ee8558e_a273_417d_9a57_57f3c7773bd4"
        ".slice/cri-containerd-2cbbbe2a9f38fa2255006fd6faed661a55f92bf6f924aae08261634ab5ff0f67.scope")

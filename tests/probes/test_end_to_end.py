@@ -7,18 +7,19 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from harness.processes import free_port
+from support.otlp import OtlpSink
 
 from gputally.cli import build_parser
 from gputally.config.model import load_config
 from gputally.pipeline.service import Service
+from gputally.probes.amd import cli as amd_cli
 from gputally.probes.delivery import create_exporter
-from gputally.probes.replay_source import ReplaySource
+from gputally.probes.gaudi import cli as gaudi_cli
+from gputally.probes.nvml.replay import ReplaySource
 from gputally.probes.runner import ProbeOptions, Runner
-from gputally.probes.vendor_cli import run
 from gputally.telemetry import SelfTelemetry
-from harness.processes import free_port
-from support.otlp import OtlpSink
-from tests.probes.helpers import GPU_UUID, collector, recording
+from tests.probes.nvml.helpers import GPU_UUID, collector, recording
 
 LOGS = "opentelemetry.proto.collector.logs.v1.LogsService"
 FAST_RETRY = {"retry_on_failure": {"initial_interval": "50ms", "max_interval": "200ms", "max_elapsed_time": "0"}}
@@ -62,6 +63,7 @@ async def vendor_replay_through_serve(sink: OtlpSink, vendor: str, recording: Pa
         args = build_parser().parse_args(
             ["probe", vendor, "--replay", str(recording), "--once", "--endpoint", endpoint, "--insecure",
              "--node-name", "mi-1"])
+        run = {"amd": amd_cli.run, "gaudi": gaudi_cli.run}[vendor]
         assert await run(args, 10.0) == 0
         await sink.wait_for(lambda: sink.messages() and sink.received[LOGS])
     finally:

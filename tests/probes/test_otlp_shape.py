@@ -9,9 +9,9 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2
 from gputally import __version__
 from gputally.otlp.batch import Batch, Signal
 from gputally.probes import catalog
+from gputally.probes.nvml.replay import ReplaySource
 from gputally.probes.otlp_shape import logs_request, metrics_request
-from gputally.probes.replay_source import ReplaySource
-from tests.probes.helpers import GPU_UUID, recording, run_cycles
+from tests.probes.nvml.helpers import GPU_UUID, recording, run_cycles
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 CUMULATIVE = metrics_pb2.AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
@@ -96,8 +96,5 @@ def test_readme_documents_every_metric() -> None:
 def test_public_api_is_pinned() -> None:
     import gputally.probes as probes
 
-    assert probes.__all__ == [
-        "Collector", "NvmlCallFailed", "NvmlError", "NvmlSource", "NvmlUnavailable", "OtlpEncoder",
-        "ProbeOptions", "ProcFs", "RecordingSource", "ReplaySource", "Runner",
-    ]
+    assert probes.__all__ == ["Collector", "OtlpEncoder", "ProbeOptions", "ProcFacts", "ProcFs", "Runner"]
     assert all(getattr(probes, name).__name__ == name for name in probes.__all__)

@@ -19,11 +19,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-
 from harness.processes import free_port, terminate
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from support.otlp import OtlpSink
-from tests.probes.helpers import TWO_WORKLOADS
+
+from tests.probes.nvml.helpers import TWO_WORKLOADS
 
 KILLS = 4
 CONSUMERS = 10  # the exporter's default num_consumers: batches in flight at a kill

@@ -11,17 +11,18 @@ from pathlib import Path
 import pytest
 import trustme
 import yaml
+from support.otlp import OtlpSink
 
 from gputally.cli import build_parser
 from gputally.config.model import load_config
 from gputally.pipeline.service import Service
-from gputally.probes.cli import _run, probe_interval
+from gputally.probes.command import probe_interval
 from gputally.probes.delivery import create_exporter, tls_mismatch
-from gputally.probes.replay_source import ReplaySource
+from gputally.probes.nvml.cli import run
+from gputally.probes.nvml.replay import ReplaySource
 from gputally.probes.runner import ProbeOptions, Runner
 from gputally.telemetry import SelfTelemetry
-from support.otlp import OtlpSink
-from tests.probes.helpers import TIMESERIES, TWO_WORKLOADS, collector, recording
+from tests.probes.nvml.helpers import TIMESERIES, TWO_WORKLOADS, collector, recording
 
 LOGS = "opentelemetry.proto.collector.logs.v1.LogsService"
 
@@ -38,7 +39,7 @@ def metrics_only_gateway(sink: OtlpSink) -> Service:
 
 async def probe_cli(argv: list[str]) -> int:
     args = build_parser().parse_args(["probe", "nvml", "--no-pod-resources", *argv])
-    return await _run(args, probe_interval(args))
+    return await run(args, probe_interval(args))
 
 
 async def test_once_says_what_it_delivered(otlp_sink: OtlpSink, capsys: pytest.CaptureFixture[str]) -> None:

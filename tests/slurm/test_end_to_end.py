@@ -16,9 +16,9 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from gputally.config.model import load_config
 from gputally.pipeline.registry import Registry
 from gputally.pipeline.service import Service
-from gputally.probes.collector import Collector
+from gputally.probes.nvml.collector import NvmlCollector
 from gputally.probes.otlp_shape import metrics_request
-from gputally.probes.replay_source import ReplaySource, load_recording
+from gputally.probes.nvml.replay import ReplaySource, load_recording
 from gputally.processors.slurm import SlurmProcessor, factory
 from harness.slurm.cluster import SlurmCluster
 from harness.processes import free_port
@@ -73,7 +73,7 @@ async def probe_request(cluster: SlurmCluster, jobs: Jobs) -> ExportMetricsServi
         if "628" in facts:
             facts["628"]["cgroup"] = jobs.gpu_first.cgroup
     source = ReplaySource(recording)
-    collector = Collector(source, source, node_name=cluster.node, events=False)
+    collector = NvmlCollector(source, source, node_name=cluster.node, events=False)
     await collector.open()
     try:
         cycle = await collector.collect()

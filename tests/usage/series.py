@@ -21,9 +21,9 @@ from typing import Any
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 
-from gputally.probes.collector import Collector
+from gputally.probes.nvml.collector import NvmlCollector
 from gputally.probes.otlp_shape import OtlpEncoder
-from gputally.probes.replay_source import ReplaySource, load_recording
+from gputally.probes.nvml.replay import ReplaySource, load_recording
 
 TIMESERIES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "nvml" / "h200-three-workloads-timeseries.json"
 GPU = load_recording(TIMESERIES)["device"]["uuid"]
@@ -66,7 +66,7 @@ async def probe_requests(data: Mapping[str, Any], *, base_ns: int, node: str = "
     first = float(snapshots[0]["time"])
     times = iter([base_ns - 10**9] + [base_ns + round((float(s["time"]) - first) * 1e9) for s in snapshots])
     source = ReplaySource(copy.deepcopy(dict(data)))
-    probe = Collector(source, source, node_name=node, events=False, clock=lambda: next(times))
+    probe = NvmlCollector(source, source, node_name=node, events=False, clock=lambda: next(times))
     encoder = OtlpEncoder()
     try:
         requests = []

@@ -1,0 +1,1 @@
+"""The AMD probe: amdsmi snapshots (live, replayed or recorded) mapped onto the shared catalog."""
