@@ -31,6 +31,7 @@ from urllib.parse import unquote, urlsplit
 from gputally.config.types import ClientTLSSettings
 from gputally.exporters.config import OTLPGrpcConfig, OTLPHttpConfig, check_http_url
 from gputally.otlp.signals import SIGNALS, Signal
+from gputally.util.once import Once
 
 __all__ = ["Target", "parse_headers", "resolve_grpc", "resolve_http"]
 
@@ -80,15 +81,14 @@ def parse_headers(
 class _Env:
     """Reads one signal's view of the variables: per-signal first, then generic."""
 
-    def __init__(self, environ: Mapping[str, str], signal: Signal, warned: set[str]) -> None:
+    def __init__(self, environ: Mapping[str, str], signal: Signal, warned: Once[str]) -> None:
         self._environ = environ
         self._signal = signal.value.upper()
         self._warned = warned
 
     def warn(self, message: str) -> None:
         """Log each problem once, although every signal reads the generic variables."""
-        if message not in self._warned:
-            self._warned.add(message)
+        if self._warned.first(message):
             log.warning("%s", message)
 
     def specific(self, option: str) -> tuple[str, str] | None:
@@ -180,7 +180,7 @@ def _common(
 def resolve_grpc(config: OTLPGrpcConfig, environ: Mapping[str, str]) -> dict[Signal, Target]:
     """One target per signal for the gRPC exporter."""
     targets: dict[Signal, Target] = {}
-    warned: set[str] = set()
+    warned: Once[str] = Once()
     for signal in Signal:
         env = _Env(environ, signal, warned)
         endpoint = config.endpoint
@@ -231,7 +231,7 @@ def _http_url(config: OTLPHttpConfig, env: _Env, signal: Signal) -> str:
 def resolve_http(config: OTLPHttpConfig, environ: Mapping[str, str]) -> dict[Signal, Target]:
     """One target (full URL and request settings) per signal for the HTTP exporter."""
     targets: dict[Signal, Target] = {}
-    warned: set[str] = set()
+    warned: Once[str] = Once()
     for signal in Signal:
         env = _Env(environ, signal, warned)
         url = _http_url(config, env, signal)

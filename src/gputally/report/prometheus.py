@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gputally.util.once import Once
+
 from .errors import QueryFailed, Unauthorized, Unreachable
 
 __all__ = ["Prometheus", "Sample", "Series"]
@@ -65,7 +67,7 @@ class Prometheus:
         self._timeout = timeout
         self.queries = 0
         """Queries sent (the README's cost figures)."""
-        self._warned: set[str] = set()
+        self._warned: Once[str] = Once()
 
     def vector(self, promql: str, at: float) -> list[Sample]:
         """An instant query that returns a vector (an aggregation, ``last_over_time(...)``)."""
@@ -127,8 +129,7 @@ class Prometheus:
         """The API's warnings (Thanos' partial answers, VictoriaMetrics' limits) go to stderr, once each:
         a figure computed from a partial answer is wrong, and the reader must know."""
         for warning in warnings:
-            if warning not in self._warned:
-                self._warned.add(warning)
+            if self._warned.first(warning):
                 print(f"gputally: warning from Prometheus: {warning}", file=sys.stderr)
 
 
