@@ -15,7 +15,8 @@ from gputally.errors import Refused
 from gputally.exporters.config import DebugConfig
 from gputally.exporters.debug_render import Verbosity, render_chunks
 from gputally.otlp.batch import Batch, Signal
-from gputally.pipeline.component import ComponentContext, Exporter, Factory
+from gputally.pipeline.component import ComponentContext, Exporter
+from gputally.pipeline.factory import ExporterFactory
 from gputally.telemetry import ExporterMetrics
 
 __all__ = ["DebugExporter", "Verbosity", "create_exporter", "factory", "render"]
@@ -81,8 +82,8 @@ def create_exporter(config: DebugConfig, context: ComponentContext, *, stream: T
     )
 
 
-factory: Factory[DebugConfig] = Factory(
-    type="debug",
+factory: ExporterFactory[DebugConfig] = ExporterFactory(
+    type_name="debug",
     config=DebugConfig,
     create=lambda config, context: create_exporter(config, context),
 )

@@ -33,7 +33,8 @@ from gputally.exporters.sender import QueuedExporter
 from gputally.exporters.transport import Receipt, receipt_from_response
 from gputally.otlp.batch import Batch
 from gputally.otlp.signals import SIGNALS, Signal
-from gputally.pipeline.component import ComponentContext, Factory
+from gputally.pipeline.component import ComponentContext
+from gputally.pipeline.factory import ExporterFactory
 
 __all__ = ["GrpcTransport", "create_exporter", "factory"]
 
@@ -214,8 +215,8 @@ def create_exporter(
     )
 
 
-factory: Factory[OTLPGrpcConfig] = Factory(
-    type="otlp",
+factory: ExporterFactory[OTLPGrpcConfig] = ExporterFactory(
+    type_name="otlp",
     config=OTLPGrpcConfig,
     create=lambda config, context: create_exporter(config, context, environ=os.environ),
 )

@@ -37,7 +37,8 @@ from gputally.exporters.sender import QueuedExporter
 from gputally.exporters.transport import Receipt, receipt_from_response
 from gputally.otlp.batch import Batch
 from gputally.otlp.signals import SIGNALS, Signal
-from gputally.pipeline.component import ComponentContext, Factory
+from gputally.pipeline.component import ComponentContext
+from gputally.pipeline.factory import ExporterFactory
 from gputally.tls import client_ssl_context
 
 __all__ = ["HttpTransport", "create_exporter", "factory", "parse_retry_after"]
@@ -246,8 +247,8 @@ def create_exporter(
     )
 
 
-factory: Factory[OTLPHttpConfig] = Factory(
-    type="otlphttp",
+factory: ExporterFactory[OTLPHttpConfig] = ExporterFactory(
+    type_name="otlphttp",
     config=OTLPHttpConfig,
     create=lambda config, context: create_exporter(config, context, environ=os.environ),
 )

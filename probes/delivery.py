@@ -69,8 +69,8 @@ def create_exporter(
         raise ConfigError([
             f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()
         ]) from exc
-    context = ComponentContext(id=factory.type, telemetry=telemetry, shutdown_timeout=shutdown_timeout)
-    return factory.type, factory.create(config, context)
+    context = ComponentContext(id=factory.type_name, telemetry=telemetry, shutdown_timeout=shutdown_timeout)
+    return factory.type_name, factory.create(config, context)
 
 
 async def tls_mismatch(destination: str, *, insecure: bool, timeout: float = 3.0) -> str | None:

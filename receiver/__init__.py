@@ -3,12 +3,12 @@
 See ``README.md`` in this folder for the config keys.
 """
 
-from gputally.pipeline.component import Factory
+from gputally.pipeline.factory import ReceiverFactory
 
 from .config import GRPCSettings, HTTPSettings, OTLPReceiverConfig, Protocols
 from .receiver import OTLPReceiver, create
 
 __all__ = ["GRPCSettings", "HTTPSettings", "OTLPReceiver", "OTLPReceiverConfig", "Protocols", "factory"]
 
-factory: Factory[OTLPReceiverConfig] = Factory(type="otlp", config=OTLPReceiverConfig, create=create)
-"""Registers the receiver under the type name ``otlp``."""
+factory: ReceiverFactory[OTLPReceiverConfig] = ReceiverFactory(type_name="otlp", config=OTLPReceiverConfig, create=create)
+"""Registered under the ``gputally.receivers`` entry point ``otlp``."""

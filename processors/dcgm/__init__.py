@@ -1,14 +1,15 @@
 """``dcgm``: one resource per GPU for metrics scraped from NVIDIA's dcgm-exporter."""
 
 from gputally.otlp.batch import Signal
-from gputally.pipeline.component import Factory
+from gputally.pipeline.factory import ProcessorFactory
 
 from .config import DcgmConfig, LabelsConfig
 from .processor import DcgmProcessor, create
 
 __all__ = ["DcgmConfig", "DcgmProcessor", "LabelsConfig", "factory"]
 
-factory: Factory[DcgmConfig] = Factory(
-    type="dcgm", config=DcgmConfig, create=create, signals=frozenset({Signal.METRICS})
+factory: ProcessorFactory[DcgmConfig] = ProcessorFactory(
+    type_name="dcgm", config=DcgmConfig, create=create, signals=frozenset({Signal.METRICS}),
+    mutates_data=True,  # moves points between resources in place
 )
 """Registered under the ``gputally.processors`` entry point ``dcgm``."""

@@ -1,7 +1,7 @@
 """``filter``: drop metrics, log records or spans by name or attribute (the Collector's legacy filter)."""
 
 from gputally.otlp.batch import Signal
-from gputally.pipeline.component import Factory
+from gputally.pipeline.factory import ProcessorFactory
 
 from .config import (
     AttributeMatch,
@@ -28,5 +28,8 @@ __all__ = [
     "factory",
 ]
 
-factory: Factory[FilterConfig] = Factory(type="filter", config=FilterConfig, create=create, signals=frozenset(Signal))
+factory: ProcessorFactory[FilterConfig] = ProcessorFactory(
+    type_name="filter", config=FilterConfig, create=create, signals=frozenset(Signal),
+    mutates_data=True,  # removes items in place
+)
 """Registered under the ``gputally.processors`` entry point ``filter``."""

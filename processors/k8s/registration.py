@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from gputally.otlp.batch import Signal
-from gputally.pipeline.component import Factory
+from gputally.pipeline.factory import ProcessorFactory
 
 from .config import K8sConfig
 from .processor import create
 
 __all__ = ["factory"]
 
-factory: Factory[K8sConfig] = Factory(type="k8s", config=K8sConfig, create=create, signals=frozenset(Signal))
+factory: ProcessorFactory[K8sConfig] = ProcessorFactory(
+    type_name="k8s", config=K8sConfig, create=create, signals=frozenset(Signal),
+    mutates_data=False,  # builds a new batch with the attributes added
+)
 """Registered under the ``gputally.processors`` entry point ``k8s``."""

@@ -1,7 +1,7 @@
 """``slurm``: attribute GPUs and GPU processes to Slurm jobs (job, user, account, partition, QoS)."""
 
 from gputally.otlp.batch import Signal
-from gputally.pipeline.component import Factory
+from gputally.pipeline.factory import ProcessorFactory
 
 from .attributes import ATTRIBUTES
 from .backends import Backend, CliBackend, PyslurmBackend, RestdBackend
@@ -31,5 +31,8 @@ __all__ = [
     "factory",
 ]
 
-factory: Factory[SlurmConfig] = Factory(type="slurm", config=SlurmConfig, create=create, signals=frozenset(Signal))
+factory: ProcessorFactory[SlurmConfig] = ProcessorFactory(
+    type_name="slurm", config=SlurmConfig, create=create, signals=frozenset(Signal),
+    mutates_data=True,  # adds attributes in place
+)
 """Registered under the ``gputally.processors`` entry point ``slurm``."""

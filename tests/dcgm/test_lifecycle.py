@@ -9,7 +9,8 @@ from pathlib import Path
 
 import gputally.processors.dcgm as dcgm
 from gputally.otlp.batch import Signal
-from gputally.pipeline.component import ComponentContext, Factory, Processor
+from gputally.pipeline.component import ComponentContext, Processor
+from gputally.pipeline.factory import ProcessorFactory
 from gputally.telemetry import SelfTelemetry
 
 from .scrape import TWO_GPUS, batch
@@ -22,7 +23,7 @@ def test_registered_as_an_entry_point() -> None:
     found = {ep.name: ep for ep in entry_points(group="gputally.processors")}
     assert "dcgm" in found, "add the dcgm entry point to pyproject.toml and reinstall"
     assert found["dcgm"].load() is dcgm.factory
-    assert isinstance(dcgm.factory, Factory) and dcgm.factory.type == "dcgm"
+    assert isinstance(dcgm.factory, ProcessorFactory) and dcgm.factory.type_name == "dcgm"
 
 
 def test_declared_in_pyproject() -> None:

@@ -14,10 +14,11 @@ from pydantic import ValidationError
 import gputally.exporters as exporters
 from gputally.exporters import debug, otlp_grpc, otlp_http
 from gputally.exporters.config import DebugConfig, OTLPGrpcConfig, OTLPHttpConfig
-from gputally.pipeline.component import ComponentContext, Exporter, Factory
+from gputally.pipeline.component import ComponentContext, Exporter
+from gputally.pipeline.factory import ExporterFactory
 
 TESTDATA = Path(__file__).parent / "testdata"
-FACTORIES: dict[str, Factory[Any]] = {"otlp": otlp_grpc.factory, "otlphttp": otlp_http.factory, "debug": debug.factory}
+FACTORIES: dict[str, ExporterFactory[Any]] = {"otlp": otlp_grpc.factory, "otlphttp": otlp_http.factory, "debug": debug.factory}
 
 
 def load(name: str) -> Any:
@@ -41,7 +42,7 @@ def test_public_surface_is_pinned() -> None:
 def test_entry_points_name_these_factories() -> None:
     found = {ep.name: ep.load() for ep in entry_points(group="gputally.exporters")}
     assert found == FACTORIES
-    assert {name: f.type for name, f in FACTORIES.items()} == {n: n for n in FACTORIES}
+    assert {name: f.type_name for name, f in FACTORIES.items()} == {n: n for n in FACTORIES}
 
 
 def test_otlp_yaml_with_every_key() -> None:
@@ -89,7 +90,7 @@ def test_typos_and_bad_values_are_reported_with_their_paths() -> None:
         (debug.factory, {"verbosity": "loud"}, "verbosity"),
     ],
 )
-def test_invalid_values(factory: Factory[Any], section: dict[str, Any], fault: str) -> None:
+def test_invalid_values(factory: ExporterFactory[Any], section: dict[str, Any], fault: str) -> None:
     with pytest.raises(ValidationError) as error:
         factory.parse(section)
     assert error.value.errors()[0]["loc"][0] == fault

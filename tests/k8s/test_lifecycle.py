@@ -71,4 +71,4 @@ def test_public_api_is_pinned() -> None:
     assert sorted(k8s.__all__) == [
         "ExtractConfig", "K8sConfig", "K8sProcessor", "PodResourcesConfig", "WatchConfig", "device_key", "factory",
     ]
-    assert k8s.factory.type == "k8s" and k8s.factory.signals == frozenset(Signal)
+    assert k8s.factory.type_name == "k8s" and k8s.factory.signals == frozenset(Signal)

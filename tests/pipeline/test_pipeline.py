@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,7 +13,8 @@ from gputally.config.model import validate
 from gputally.config.types import Strict
 from gputally.errors import Refused
 from gputally.otlp.batch import Batch, Signal
-from gputally.pipeline.component import Exporter, Factory, Processor, Receiver
+from gputally.pipeline.component import ComponentContext, Exporter, Processor, Receiver, SharedComponents
+from gputally.pipeline.factory import ExporterFactory, ProcessorFactory, ReceiverFactory
 from gputally.pipeline.pipeline import FanOut, Pipeline, Stage
 from gputally.pipeline.registry import Registry
 from gputally.pipeline.service import Service
@@ -159,18 +161,77 @@ async def test_refusal_from_any_exporter_reaches_the_sender() -> None:
     assert len(ok.batches) == 1
 
 
-async def test_fan_out_gives_each_pipeline_its_own_copy() -> None:
+class Reader(Processor):
+    """Reads every batch and hands it on unchanged (as ``usage`` or ``memory_limiter`` do)."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[str]] = []
+
+    async def process(self, batch: Batch) -> Batch | None:
+        self.seen.append(names(batch))
+        return batch
+
+
+@pytest.fixture
+def copies(monkeypatch: pytest.MonkeyPatch) -> list[Batch]:
+    """Every batch :meth:`Batch.copy` is called on, in order (the fan-out's copies, counted)."""
+    made: list[Batch] = []
+    original = Batch.copy
+
+    def counted(self: Batch) -> Batch:
+        made.append(self)
+        return original(self)
+
+    monkeypatch.setattr(Batch, "copy", counted)
+    return made
+
+
+def fan_out(*kinds: str) -> tuple[FanOut, list[RecordingExporter]]:
+    """A fan-out over one pipeline per kind: ``tag`` changes data (tagging it with the
+    pipeline's index), ``read`` only reads it, ``none`` has no processor."""
     telemetry = SelfTelemetry()
-    first, second = RecordingExporter("1"), RecordingExporter("2")
-    fan = FanOut(
-        [
-            Pipeline("metrics/a", Signal.METRICS, [stage(Tagger("-a"), telemetry)], [("1", first)]),
-            Pipeline("metrics/b", Signal.METRICS, [], [("2", second)]),
-        ]
-    )
+    exporters = [RecordingExporter(str(index)) for index in range(len(kinds))]
+    pipelines = []
+    for index, kind in enumerate(kinds):
+        stages = {
+            "tag": [Stage("tag", Tagger(f"-{index}"), telemetry.for_processor("tag"), mutates_data=True)],
+            "read": [Stage("read", Reader(), telemetry.for_processor("read"), mutates_data=False)],
+            "none": [],
+        }[kind]
+        pipelines.append(Pipeline(f"metrics/{index}", Signal.METRICS, stages, [(str(index), exporters[index])]))
+    return FanOut(pipelines), exporters
+
+
+async def test_fan_out_keeps_each_pipelines_changes_to_itself(copies: list[Batch]) -> None:
+    fan, exporters = fan_out("tag", "read", "tag", "none")
+    batch = metrics_batch()
+    await fan.consume(batch)
+    assert [names(e.batches[0]) for e in exporters] == [["m-0"], ["m"], ["m-2"], ["m"]]
+    assert names(batch) == ["m"]
+    assert len(copies) == 2  # one per pipeline that changes data; the readers share the batch
+    assert exporters[1].batches[0] is batch and exporters[3].batches[0] is batch
+
+
+@pytest.mark.parametrize(
+    ("kinds", "expected"),
+    [
+        (("tag",), 0),  # one pipeline takes the batch, whatever it does with it
+        (("read",), 0),
+        (("read", "none", "read"), 0),  # readers share it
+        (("tag", "tag"), 1),  # the first of pipelines that all change data takes the batch as it is
+        (("tag", "tag", "tag"), 2),
+        (("read", "tag"), 1),
+    ],
+)
+async def test_fan_out_copies_only_for_pipelines_that_change_data(
+    copies: list[Batch], kinds: tuple[str, ...], expected: int
+) -> None:
+    fan, exporters = fan_out(*kinds)
     await fan.consume(metrics_batch())
-    assert names(first.batches[0]) == ["m-a"]
-    assert names(second.batches[0]) == ["m"]
+    assert len(copies) == expected
+    assert [names(e.batches[0]) for e in exporters] == [
+        [f"m-{index}"] if kind == "tag" else ["m"] for index, kind in enumerate(kinds)
+    ]
 
 
 class _Empty(Strict):
@@ -188,6 +249,26 @@ class FakeReceiver(Receiver):
         self.recorder.events.append("stop receiver")
 
 
+def make_fake_receiver(config: Any, context: Any, consumers: Any, *, reuse_port: bool) -> FakeReceiver:
+    return FakeReceiver(Recorder(), consumers)
+
+
+def tagger_factory(
+    make: Callable[[ComponentContext], Processor], *, type_name: str = "tag", mutates_data: bool = True
+) -> ProcessorFactory[_Empty]:
+    return ProcessorFactory(type_name=type_name, config=_Empty, create=lambda c, ctx, s: make(ctx),
+                            mutates_data=mutates_data)
+
+
+def fake_registry(processors: dict[str, ProcessorFactory[Any]]) -> Registry:
+    """A ``fake`` receiver, a ``rec`` exporter and ``processors``."""
+    return Registry(
+        receivers={"fake": ReceiverFactory(type_name="fake", config=_Empty, create=make_fake_receiver)},
+        processors=processors,
+        exporters={"rec": ExporterFactory(type_name="rec", config=_Empty, create=lambda c, ctx: RecordingExporter())},
+    )
+
+
 async def test_service_starts_exporters_first_and_stops_in_reverse() -> None:
     recorder = Recorder()
     receivers: list[FakeReceiver] = []
@@ -197,9 +278,10 @@ async def test_service_starts_exporters_first_and_stops_in_reverse() -> None:
         return receivers[-1]
 
     registry = Registry(
-        receivers={"fake": Factory("fake", _Empty, make_receiver)},
-        processors={"tag": Factory("tag", _Empty, lambda c, ctx, s: Tagger(ctx.id, recorder))},
-        exporters={"rec": Factory("rec", _Empty, lambda c, ctx: RecordingExporter(ctx.id, recorder))},
+        receivers={"fake": ReceiverFactory(type_name="fake", config=_Empty, create=make_receiver)},
+        processors={"tag": tagger_factory(lambda ctx: Tagger(ctx.id, recorder))},
+        exporters={"rec": ExporterFactory(type_name="rec", config=_Empty,
+                                          create=lambda c, ctx: RecordingExporter(ctx.id, recorder))},
     )
     config = validate(
         {
@@ -234,11 +316,7 @@ class Stale(Tagger):
 
 
 async def test_service_lists_degraded_components() -> None:
-    registry = Registry(
-        receivers={"fake": Factory("fake", _Empty, lambda c, ctx, consumers, *, reuse_port: FakeReceiver(Recorder(), consumers))},
-        processors={"stale": Factory("stale", _Empty, lambda c, ctx, s: Stale("x"))},
-        exporters={"rec": Factory("rec", _Empty, lambda c, ctx: RecordingExporter())},
-    )
+    registry = fake_registry({"stale": tagger_factory(lambda ctx: Stale("x"), type_name="stale")})
     config = validate(
         {
             "receivers": {"fake": {}},
@@ -267,17 +345,13 @@ async def test_service_lists_degraded_components() -> None:
 
 
 async def test_every_component_of_a_service_gets_the_same_shared_store() -> None:
-    stores: list[dict[str, Any]] = []
+    stores: list[SharedComponents] = []
 
-    def make_processor(config: Any, ctx: Any, signal: Signal) -> Tagger:
+    def make_processor(ctx: ComponentContext) -> Tagger:
         stores.append(ctx.shared)
         return Tagger(ctx.id)
 
-    registry = Registry(
-        receivers={"fake": Factory("fake", _Empty, lambda c, ctx, consumers, *, reuse_port: FakeReceiver(Recorder(), consumers))},
-        processors={"tag": Factory("tag", _Empty, make_processor)},
-        exporters={"rec": Factory("rec", _Empty, lambda c, ctx: RecordingExporter())},
-    )
+    registry = fake_registry({"tag": tagger_factory(make_processor)})
     document = {
         "receivers": {"fake": {}},
         "processors": {"tag": {}},
@@ -292,3 +366,38 @@ async def test_every_component_of_a_service_gets_the_same_shared_store() -> None
     assert len(stores) == 4
     assert stores[0] is stores[1] and stores[2] is stores[3]
     assert stores[0] is not stores[2]  # one store per service, not per process
+
+
+async def test_service_copies_a_received_batch_only_for_pipelines_whose_processors_change_it(
+    copies: list[Batch],
+) -> None:
+    registry = fake_registry({
+        "tag": tagger_factory(lambda ctx: Tagger("-t")),
+        "read": tagger_factory(lambda ctx: Reader(), type_name="read", mutates_data=False),
+    })
+    document = {
+        "receivers": {"fake": {}},
+        "processors": {"tag": {}, "read": {}},
+        "exporters": {"rec": {}},
+        "service": {"pipelines": {
+            "metrics/read": {"receivers": ["fake"], "processors": ["read"], "exporters": ["rec"]},
+            "metrics/plain": {"receivers": ["fake"], "exporters": ["rec"]},
+            "metrics/changed": {"receivers": ["fake"], "processors": ["read", "tag"], "exporters": ["rec"]},
+            "logs": {"receivers": ["fake"], "processors": ["tag"], "exporters": ["rec"]},
+        }},
+    }
+    service = Service(validate(document, registry))
+    assert {pid: p.mutates_data for pid, p in service.pipelines.items()} == {
+        "metrics/read": False, "metrics/plain": False, "metrics/changed": True, "logs": True,
+    }
+    receiver = service.receivers["fake"]
+    assert isinstance(receiver, FakeReceiver)
+    batch = metrics_batch()
+    await receiver.consumers[Signal.METRICS].consume(batch)
+    assert copies == [batch]  # for metrics/changed, the one pipeline that changes data
+    exporter = service.exporters["rec"]
+    assert isinstance(exporter, RecordingExporter)
+    assert sorted(names(b)[0] for b in exporter.batches) == ["m", "m", "m-t"]
+    logs = Batch.decode(Signal.LOGS, b"")
+    await receiver.consumers[Signal.LOGS].consume(logs)
+    assert copies == [batch]  # the logs pipeline is the only one: it takes the batch as it is

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from gputally.otlp.batch import Signal
-from gputally.pipeline.component import Factory, Processor
+from gputally.pipeline.component import Processor
+from gputally.pipeline.factory import ProcessorFactory
 from tests.processors.builders import context, metric, metrics_batch, resource_metrics
 
 # The smallest valid config of each processor built here.
@@ -24,7 +25,7 @@ MINIMAL: dict[str, Any] = {
 }
 
 
-def registered() -> dict[str, Factory[Any]]:
+def registered() -> dict[str, ProcessorFactory[Any]]:
     found = {ep.name: ep.load() for ep in entry_points(group="gputally.processors")}
     return {name: found[name] for name in MINIMAL if name in found}
 
@@ -32,7 +33,7 @@ def registered() -> dict[str, Factory[Any]]:
 def test_every_processor_is_registered_under_its_type() -> None:
     factories = registered()
     assert sorted(factories) == sorted(MINIMAL)
-    assert all(f.type == name and isinstance(f, Factory) for name, f in factories.items())
+    assert all(f.type_name == name and isinstance(f, ProcessorFactory) for name, f in factories.items())
     assert all(f.signals == frozenset(Signal) for f in factories.values())
 
 

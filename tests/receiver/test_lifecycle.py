@@ -240,7 +240,7 @@ async def test_grpc_on_a_unix_socket(env: Env, start_receiver: StartReceiver, tm
 def test_factory_builds_the_receiver(env: Env) -> None:
     receiver = factory.create(factory.parse(BOTH), env.context(), {Signal.METRICS: env.consumers[Signal.METRICS]})
 
-    assert factory.type == "otlp"
+    assert factory.type_name == "otlp"
     assert isinstance(receiver, OTLPReceiver)
     assert receiver.listening() == {}
 

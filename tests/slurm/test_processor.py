@@ -252,7 +252,7 @@ def test_public_api_is_pinned() -> None:
     module = importlib.import_module("gputally.processors.slurm")
     assert sorted(module.__all__) == sorted(PUBLIC_API)
     assert all(hasattr(module, name) for name in module.__all__)
-    assert module.factory.type == "slurm" and module.factory.signals == frozenset(Signal)
+    assert module.factory.type_name == "slurm" and module.factory.signals == frozenset(Signal)
 
 
 def test_registered_as_an_entry_point() -> None:

@@ -15,7 +15,8 @@ import pytest
 
 import gputally.processors.usage as usage
 from gputally.otlp.batch import Batch, Signal
-from gputally.pipeline.component import ComponentContext, Exporter, Factory, Processor
+from gputally.pipeline.component import ComponentContext, Exporter, Processor
+from gputally.pipeline.factory import ProcessorFactory
 from gputally.pipeline.pipeline import Pipeline, Stage
 from gputally.telemetry import SelfTelemetry
 from tests.usage.helpers import FakeClock, counters_of, emitted, feed, runtime
@@ -36,7 +37,7 @@ def requests() -> list[Any]:
 def test_registered_and_declared() -> None:
     found = {ep.name: ep for ep in entry_points(group="gputally.processors")}
     assert "usage" in found, "add the usage entry point to pyproject.toml and reinstall"
-    assert found["usage"].load() is usage.factory and isinstance(usage.factory, Factory)
+    assert found["usage"].load() is usage.factory and isinstance(usage.factory, ProcessorFactory)
     project = tomllib.loads(PYPROJECT.read_text())
     assert project["project"]["entry-points"]["gputally.processors"]["usage"] == "gputally.processors.usage:factory"
     assert "gputally.processors.usage" in project["tool"]["setuptools"]["packages"]

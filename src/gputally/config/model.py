@@ -11,7 +11,7 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -20,7 +20,7 @@ from gputally.config.sources import ConfigSources, resolve
 from gputally.config.types import AuthSettings, Duration, QueueSettings, ServerTLSSettings, Strict
 from gputally.errors import ConfigError
 from gputally.otlp.batch import Signal
-from gputally.pipeline.component import Factory
+from gputally.pipeline.factory import ExporterFactory, ProcessorFactory, ReceiverFactory
 from gputally.pipeline.registry import Registry
 
 __all__ = ["Config", "PipelineConfig", "ServiceConfig", "TelemetryConfig", "load_config", "load_sources"]
@@ -83,13 +83,16 @@ class _Document(Strict):
     service: ServiceConfig
 
 
+FactoryT = TypeVar("FactoryT", ReceiverFactory[Any], ProcessorFactory[Any], ExporterFactory[Any])
+
+
 @dataclass(frozen=True)
-class Component:
+class Component(Generic[FactoryT]):
     """One configured component: its ID, factory and validated settings."""
 
     id: str
-    type: str
-    factory: Factory[Any]
+    type_name: str
+    factory: FactoryT
     config: BaseModel
 
 
@@ -97,9 +100,9 @@ class Component:
 class Config:
     """A validated configuration, ready for the service to build."""
 
-    receivers: dict[str, Component]
-    processors: dict[str, Component]
-    exporters: dict[str, Component]
+    receivers: dict[str, Component[ReceiverFactory[Any]]]
+    processors: dict[str, Component[ProcessorFactory[Any]]]
+    exporters: dict[str, Component[ExporterFactory[Any]]]
     extensions: dict[str, BaseModel]
     service: ServiceConfig
     warnings: tuple[str, ...] = ()
@@ -126,9 +129,10 @@ def _component_type(component_id: str) -> str:
 
 
 def _build(
-    kind: str, sections: dict[str, Any], factories: dict[str, Factory[Any]], problems: list[str]
-) -> dict[str, Component]:
-    built: dict[str, Component] = {}
+    kind: str, sections: dict[str, Any], factories: Mapping[str, FactoryT], problems: list[str]
+) -> dict[str, Component[FactoryT]]:
+    """The sections of one kind, each validated by its type's factory; faults go to ``problems``."""
+    built: dict[str, Component[FactoryT]] = {}
     for component_id, section in sections.items():
         type_ = _component_type(component_id)
         factory = factories.get(type_)
@@ -156,7 +160,7 @@ def _unknown_type(kind: str, component_id: str, known: Mapping[str, Any]) -> str
 def _types_of(document: dict[str, Any], registry: Registry) -> list[str]:
     """Unknown component types, from the raw document: said in the same pass as a fault of
     the document's shape, which stops validation before the components are built."""
-    problems = []
+    problems: list[str] = []
     for kind, known in (("receivers", registry.receivers), ("processors", registry.processors),
                         ("exporters", registry.exporters), ("extensions", registry.extensions)):
         section = document.get(kind)
@@ -177,45 +181,93 @@ def validate(document: dict[str, Any], registry: Registry) -> Config:
     receivers = _build("receivers", top.receivers, registry.receivers, problems)
     processors = _build("processors", top.processors, registry.processors, problems)
     exporters = _build("exporters", top.exporters, registry.exporters, problems)
-    extensions: dict[str, BaseModel] = {}
-    for ext_id, section in top.extensions.items():
-        model = registry.extensions.get(_component_type(ext_id))
+    extensions = _build_extensions(top.extensions, registry.extensions, problems)
+    built: dict[str, Mapping[str, Component[Any]]] = {
+        "receivers": receivers, "processors": processors, "exporters": exporters,
+    }
+    problems.extend(_service_extension_problems(top))
+    for pipeline_id, pipeline in top.service.pipelines.items():
+        problems.extend(_pipeline_problems(pipeline_id, pipeline, top, built))
+    problems.extend(_authenticator_problems(top))
+    if problems:
+        raise ConfigError(problems)
+    warnings = _durability_warnings(top.service, exporters)
+    return Config(receivers, processors, exporters, extensions, top.service, tuple(warnings))
+
+
+def _build_extensions(
+    sections: dict[str, Any], models: Mapping[str, type[Strict]], problems: list[str]
+) -> dict[str, BaseModel]:
+    """The ``extensions`` sections, each validated by its type's config model."""
+    built: dict[str, BaseModel] = {}
+    for ext_id, section in sections.items():
+        model = models.get(_component_type(ext_id))
         if model is None:
-            problems.append(_unknown_type("extensions", ext_id, registry.extensions))
+            problems.append(_unknown_type("extensions", ext_id, models))
             continue
         try:
-            extensions[ext_id] = model.model_validate(section if section is not None else {})
+            built[ext_id] = model.model_validate(section if section is not None else {})
         except ValidationError as exc:
             problems.extend(_errors(exc, ("extensions", ext_id)))
+    return built
 
-    for index, ext_id in enumerate(top.service.extensions):
-        if ext_id not in top.extensions:
-            problems.append(f"service.extensions[{index}]: extension {ext_id!r} is not defined under extensions")
-    for pipeline_id, pipeline in top.service.pipelines.items():
-        where = format_path(("service", "pipelines", pipeline_id))
-        signal_name = pipeline_id.split("/", 1)[0]
-        if signal_name not in {s.value for s in Signal}:
-            problems.append(f"{where}: pipeline type must be metrics, logs or traces, not {signal_name!r}")
+
+def _service_extension_problems(top: _Document) -> list[str]:
+    """``service.extensions`` entries that name no extension defined under ``extensions``."""
+    return [
+        f"service.extensions[{index}]: extension {ext_id!r} is not defined under extensions"
+        for index, ext_id in enumerate(top.service.extensions)
+        if ext_id not in top.extensions
+    ]
+
+
+def _pipeline_problems(
+    pipeline_id: str, pipeline: PipelineConfig, top: _Document, built: Mapping[str, Mapping[str, Component[Any]]]
+) -> list[str]:
+    """One pipeline's faults: its signal, then each of its lists of component IDs."""
+    where = format_path(("service", "pipelines", pipeline_id))
+    signal_name = pipeline_id.split("/", 1)[0]
+    if signal_name not in {s.value for s in Signal}:
+        return [f"{where}: pipeline type must be metrics, logs or traces, not {signal_name!r}"]
+    signal = Signal(signal_name)
+    problems: list[str] = []
+    for kind, declared, ids in (
+        ("receivers", top.receivers, pipeline.receivers),
+        ("processors", top.processors, pipeline.processors),
+        ("exporters", top.exporters, pipeline.exporters),
+    ):
+        problems.extend(_reference_problems(f"{where}.{kind}", kind, ids, declared, built[kind], signal))
+    return problems
+
+
+def _reference_problems(
+    where: str,
+    kind: str,
+    ids: list[str],
+    declared: Mapping[str, Any],
+    built: Mapping[str, Component[Any]],
+    signal: Signal,
+) -> list[str]:
+    """A pipeline's list of ``kind`` IDs: each defined, listed once, and able to serve ``signal``."""
+    problems: list[str] = []
+    seen: set[str] = set()
+    for index, component_id in enumerate(ids):
+        if component_id not in declared:
+            problems.append(f"{where}[{index}]: {kind[:-1]} {component_id!r} is not defined under {kind}")
             continue
-        signal = Signal(signal_name)
-        for kind, declared, ids in (
-            ("receivers", top.receivers, pipeline.receivers),
-            ("processors", top.processors, pipeline.processors),
-            ("exporters", top.exporters, pipeline.exporters),
-        ):
-            seen: set[str] = set()
-            for index, component_id in enumerate(ids):
-                if component_id not in declared:
-                    problems.append(f"{where}.{kind}[{index}]: {kind[:-1]} {component_id!r} is not defined under {kind}")
-                    continue
-                if component_id in seen:
-                    problems.append(f"{where}.{kind}[{index}]: {component_id!r} is listed twice")
-                seen.add(component_id)
-                component = {"receivers": receivers, "processors": processors, "exporters": exporters}[kind].get(
-                    component_id
-                )
-                if component is not None and signal not in component.factory.signals:
-                    problems.append(f"{where}.{kind}[{index}]: {component_id!r} does not support {signal} pipelines")
+        if component_id in seen:
+            problems.append(f"{where}[{index}]: {component_id!r} is listed twice")
+        seen.add(component_id)
+        component = built.get(component_id)  # absent when its own section had faults
+        if component is not None and signal not in component.factory.signals:
+            problems.append(f"{where}[{index}]: {component_id!r} does not support {signal} pipelines")
+    return problems
+
+
+def _authenticator_problems(top: _Document) -> list[str]:
+    """Every ``auth.authenticator`` (in receivers, exporters and the admin endpoint) must name
+    a defined extension."""
+    problems: list[str] = []
     for kind, sections in (("receivers", top.receivers), ("exporters", top.exporters)):
         for component_id, section in sections.items():
             _check_authenticators(section, (kind, component_id), top.extensions, problems)
@@ -223,13 +275,10 @@ def validate(document: dict[str, Any], registry: Registry) -> Config:
     if admin_auth is not None and admin_auth.authenticator not in top.extensions:
         problems.append(f"service.telemetry.metrics.auth.authenticator: extension {admin_auth.authenticator!r} "
                         "is not defined under extensions")
-    if problems:
-        raise ConfigError(problems)
-    warnings = _durability_warnings(top.service, exporters)
-    return Config(receivers, processors, exporters, extensions, top.service, tuple(warnings))
+    return problems
 
 
-def _durable(component: Component) -> bool | None:
+def _durable(component: Component[ExporterFactory[Any]]) -> bool | None:
     """Whether an exporter keeps what it acknowledged across a crash (queue on disk, or no
     queue: sent before the request is answered); None for exporters without a sending queue."""
     queue = getattr(component.config, "sending_queue", None)
@@ -238,7 +287,7 @@ def _durable(component: Component) -> bool | None:
     return queue.storage is not None or not queue.enabled
 
 
-def _durability_warnings(service: ServiceConfig, exporters: dict[str, Component]) -> list[str]:
+def _durability_warnings(service: ServiceConfig, exporters: dict[str, Component[ExporterFactory[Any]]]) -> list[str]:
     """Combinations that can still lose acknowledged data in a crash although storage is set.
 
     A request is acknowledged once every pipeline of its receiver took it. When some of the

@@ -1,4 +1,4 @@
-"""The component contract: receivers, processors and exporters, and the factories that make them.
+"""The component contract: receivers, processors and exporters, and what the service gives them.
 
 Lifecycle (as in the OpenTelemetry Collector): ``start()`` returns quickly and hands
 background work to tasks of its own; ``shutdown()`` stops intake, flushes within the
@@ -6,11 +6,8 @@ service's deadline, and is safe to call twice and before ``start()``. The servic
 exporters, then processors, then receivers, and stops them in reverse, so nothing drains into
 a stage that has already stopped.
 
-Third-party processors ship as their own package and register a :class:`Factory` under the
-entry-point group ``gputally.processors``::
-
-    [project.entry-points."gputally.processors"]
-    myproc = "my_package.myproc:factory"
+The factories that build them from config, one class per kind, are in
+:mod:`gputally.pipeline.factory`.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from gputally.config.types import AuthSettings, Strict
+from gputally.config.types import AuthSettings
 from gputally.errors import ConfigError, GputallyError
 from gputally.otlp.batch import Batch, Signal
 
@@ -36,7 +33,6 @@ __all__ = [
     "Consumer",
     "Exporter",
     "FailurePolicy",
-    "Factory",
     "Processor",
     "ProcessorFailed",
     "Receiver",
@@ -221,7 +217,6 @@ class Exporter(Component):
         return False
 
 
-ConfigT = TypeVar("ConfigT", bound=Strict)
 T = TypeVar("T")
 
 
@@ -269,23 +264,3 @@ class ComponentContext:
             return self.authenticators[auth.authenticator]
         except KeyError:
             raise ConfigError(f"{self.id}: auth.authenticator: no extension {auth.authenticator!r}") from None
-
-
-@dataclass(frozen=True)
-class Factory(Generic[ConfigT]):
-    """How to build one kind of component from its config section.
-
-    Receivers are created as ``create(config, context, consumers)`` with a
-    ``Mapping[Signal, Consumer]`` holding the signals that have pipelines; processors as
-    ``create(config, context, signal)``, one instance per pipeline; exporters as
-    ``create(config, context)``, one instance per exporter ID serving every pipeline that
-    names it.
-    """
-
-    type: str
-    config: type[ConfigT]
-    create: Callable[..., Any]
-    signals: frozenset[Signal] = ALL_SIGNALS
-
-    def parse(self, section: Any) -> ConfigT:
-        return self.config.model_validate(section if section is not None else {})

@@ -57,6 +57,9 @@ class Stage:
     id: str
     processor: Processor
     metrics: ProcessorMetrics
+    mutates_data: bool = True
+    """Whether the processor changes the batches it is given in place (its factory says;
+    without one, assume it does: a needless copy is slow, a missing one corrupts data)."""
 
 
 class Pipeline:
@@ -85,6 +88,9 @@ class Pipeline:
         self._deferring = frozenset(
             index for index, stage in enumerate(stages) if self.durable and stage.processor.defer_acknowledgements()
         )
+        self.mutates_data = any(stage.mutates_data for stage in stages)
+        """Whether a batch given to :meth:`consume` may be changed in place: a read-only
+        pipeline hands on (and its exporters queue) the very batch it was given."""
 
     async def consume(self, batch: Batch) -> None:
         """Process and export ``batch``; raises Refused when a stage pushes back."""
@@ -205,18 +211,29 @@ def _retrieve(task: asyncio.Future[None]) -> None:
 
 
 class FanOut:
-    """Hands a receiver's batch to every pipeline of its signal that lists the receiver."""
+    """Hands a receiver's batch to every pipeline of its signal that lists the receiver.
+
+    Pipelines that only read share the batch as received; each pipeline that changes data
+    gets a copy of its own, so no pipeline sees another's changes (the pipelines run
+    concurrently, and exporters queue what they are given). A pipeline that nobody shares
+    the batch with takes it as it is: a single pipeline, or the first of several that all
+    change data.
+    """
 
     def __init__(self, pipelines: list[Pipeline]) -> None:
         self._pipelines = pipelines
+        self._private = [pipeline.mutates_data for pipeline in pipelines]
+        """Per pipeline: whether it gets a copy."""
+        if all(self._private):
+            self._private[0] = False
 
     async def consume(self, batch: Batch) -> None:
         if len(self._pipelines) == 1:
             await self._pipelines[0].consume(batch)
             return
-        copies = [batch] + [batch.copy() for _ in self._pipelines[1:]]
+        batches = [batch.copy() if private else batch for private in self._private]
         results = await asyncio.gather(
-            *(p.consume(b) for p, b in zip(self._pipelines, copies, strict=True)), return_exceptions=True
+            *(p.consume(b) for p, b in zip(self._pipelines, batches, strict=True)), return_exceptions=True
         )
         for result in results:
             if isinstance(result, BaseException):

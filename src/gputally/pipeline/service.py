@@ -8,19 +8,30 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import ParamSpec, TypeVar
 
 from gputally.auth import BearerTokenAuth, BearerTokenAuthConfig
-from gputally.config.model import Config
+from gputally.config.model import Config, PipelineConfig
 from gputally.errors import ConfigError
 from gputally.otlp.batch import Signal
-from gputally.pipeline.component import Component, ComponentContext, Exporter, Processor, Receiver, SharedComponents
+from gputally.pipeline.component import (
+    Component,
+    ComponentContext,
+    Consumer,
+    Exporter,
+    Processor,
+    Receiver,
+    SharedComponents,
+)
 from gputally.pipeline.pipeline import FanOut, Pipeline, Stage
 from gputally.telemetry import SelfTelemetry
 
 __all__ = ["Service"]
 
 log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class Service:
@@ -36,72 +47,94 @@ class Service:
         self.config = config
         self.telemetry = telemetry or SelfTelemetry()
         self.shutdown_timeout = config.service.shutdown_timeout
-        authenticators = {
+        self.authenticators: dict[str, BearerTokenAuth] = {
             ext_id: BearerTokenAuth(ext)
             for ext_id, ext in config.extensions.items()
             if isinstance(ext, BearerTokenAuthConfig)
         }
-        self.authenticators: dict[str, BearerTokenAuth] = authenticators
         """The ``bearertokenauth`` extensions by ID (the admin endpoint uses them too)."""
-
-        shared = SharedComponents()
-
-        def context(component_id: str) -> ComponentContext:
-            return ComponentContext(
-                shared=shared,
-                pipelines={
-                    pid: config.pipeline_signal(pid) for pid, p in config.service.pipelines.items()
-                    if component_id in (*p.receivers, *p.processors, *p.exporters)
-                },
-                id=component_id,
-                telemetry=self.telemetry,
-                authenticators=authenticators,
-                shutdown_timeout=self.shutdown_timeout,
-                is_ready=lambda: self.ready,
-            )
-
-        used_exporters = {e for p in config.service.pipelines.values() for e in p.exporters}
-        self.exporters: dict[str, Exporter] = {}
-        for exporter_id in sorted(used_exporters):
-            component = config.exporters[exporter_id]
-            self.exporters[exporter_id] = _create(component.factory.create, component.config, context(exporter_id))
-
-        self.pipelines: dict[str, Pipeline] = {}
+        self._shared = SharedComponents()
         self._processors: list[Processor] = []
-        for pipeline_id, pipeline_config in config.service.pipelines.items():
-            signal = config.pipeline_signal(pipeline_id)
-            stages = []
-            for processor_id in pipeline_config.processors:
-                component = config.processors[processor_id]
-                processor = _create(component.factory.create, component.config, context(processor_id), signal)
-                self._processors.append(processor)
-                stages.append(Stage(processor_id, processor, self.telemetry.for_processor(processor_id)))
-            exporters = [(e, self.exporters[e]) for e in pipeline_config.exporters]
-            self.pipelines[pipeline_id] = Pipeline(
-                pipeline_id, signal, stages, exporters, registry=self.telemetry.registry
-            )
-
-        self.receivers: dict[str, Receiver] = {}
-        for receiver_id, component in config.receivers.items():
-            consumers: dict[Signal, FanOut] = {}
-            for signal in Signal:
-                feeds = [
-                    self.pipelines[pid]
-                    for pid, p in config.service.pipelines.items()
-                    if receiver_id in p.receivers and config.pipeline_signal(pid) is signal
-                ]
-                if feeds:
-                    consumers[signal] = FanOut(feeds)
-            if not consumers:
-                log.warning("receiver %s is in no pipeline; not started", receiver_id)
-                continue
-            self.receivers[receiver_id] = _create(
-                component.factory.create, component.config, context(receiver_id), consumers, reuse_port=reuse_port
-            )
+        self.exporters = self._build_exporters()
+        self.pipelines = self._build_pipelines()
+        self.receivers = self._build_receivers(reuse_port=reuse_port)
         self._started: list[Component | Pipeline] = []
         self._stopped = False
         self._running = False
         self._stopping = False
+
+    def _context(self, component_id: str) -> ComponentContext:
+        """What ``component_id`` is created with: the service's shared store, authenticators,
+        deadline and readiness, and the pipelines that name it."""
+        config = self.config
+        return ComponentContext(
+            shared=self._shared,
+            pipelines={
+                pid: config.pipeline_signal(pid) for pid, p in config.service.pipelines.items()
+                if component_id in (*p.receivers, *p.processors, *p.exporters)
+            },
+            id=component_id,
+            telemetry=self.telemetry,
+            authenticators=self.authenticators,
+            shutdown_timeout=self.shutdown_timeout,
+            is_ready=lambda: self.ready,
+        )
+
+    def _build_exporters(self) -> dict[str, Exporter]:
+        """One exporter per exporter ID that a pipeline names (an unused one is not built)."""
+        used = {e for p in self.config.service.pipelines.values() for e in p.exporters}
+        exporters: dict[str, Exporter] = {}
+        for exporter_id in sorted(used):
+            component = self.config.exporters[exporter_id]
+            exporters[exporter_id] = _create(component.factory.create, component.config, self._context(exporter_id))
+        return exporters
+
+    def _build_pipelines(self) -> dict[str, Pipeline]:
+        """Every pipeline, each with processor instances of its own over the shared exporters."""
+        return {
+            pipeline_id: self._build_pipeline(pipeline_id, pipeline_config)
+            for pipeline_id, pipeline_config in self.config.service.pipelines.items()
+        }
+
+    def _build_pipeline(self, pipeline_id: str, pipeline_config: PipelineConfig) -> Pipeline:
+        signal = self.config.pipeline_signal(pipeline_id)
+        stages = []
+        for processor_id in pipeline_config.processors:
+            component = self.config.processors[processor_id]
+            factory = component.factory
+            processor = _create(factory.create, component.config, self._context(processor_id), signal)
+            self._processors.append(processor)
+            metrics = self.telemetry.for_processor(processor_id)
+            stages.append(Stage(processor_id, processor, metrics, mutates_data=factory.mutates_data))
+        exporters = [(e, self.exporters[e]) for e in pipeline_config.exporters]
+        return Pipeline(pipeline_id, signal, stages, exporters, registry=self.telemetry.registry)
+
+    def _build_receivers(self, *, reuse_port: bool) -> dict[str, Receiver]:
+        """One receiver per receiver ID that feeds a pipeline (the others are not started)."""
+        receivers: dict[str, Receiver] = {}
+        for receiver_id, component in self.config.receivers.items():
+            consumers = self._consumers(receiver_id)
+            if not consumers:
+                log.warning("receiver %s is in no pipeline; not started", receiver_id)
+                continue
+            receivers[receiver_id] = _create(
+                component.factory.create, component.config, self._context(receiver_id), consumers,
+                reuse_port=reuse_port,
+            )
+        return receivers
+
+    def _consumers(self, receiver_id: str) -> dict[Signal, Consumer]:
+        """For each signal, a fan-out over the pipelines of that signal that list ``receiver_id``."""
+        consumers: dict[Signal, Consumer] = {}
+        for signal in Signal:
+            feeds = [
+                self.pipelines[pid]
+                for pid, p in self.config.service.pipelines.items()
+                if receiver_id in p.receivers and self.config.pipeline_signal(pid) is signal
+            ]
+            if feeds:
+                consumers[signal] = FanOut(feeds)
+        return consumers
 
     @property
     def ready(self) -> bool:
@@ -173,7 +206,7 @@ class Service:
         log.info("stopped")
 
 
-def _create(create: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def _create(create: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     """Call a factory, turning a late config problem into ConfigError (fail fast at startup)."""
     try:
         return create(*args, **kwargs)
@@ -181,4 +214,3 @@ def _create(create: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise
     except (ValueError, OSError) as exc:
         raise ConfigError(str(exc)) from exc
-

@@ -1,0 +1,87 @@
+"""Factories: how the service builds each kind of component from its config section.
+
+One factory class per kind, each with the exact ``create`` signature the service calls, so a
+factory for the wrong kind, or a ``create`` that takes the wrong arguments, is a type error
+where it is declared rather than a ``TypeError`` at startup. Third-party packages register
+them under the entry-point groups ``gputally.receivers``, ``gputally.processors`` and
+``gputally.exporters``::
+
+    [project.entry-points."gputally.processors"]
+    myproc = "my_package.myproc:factory"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from gputally.config.types import Strict
+from gputally.otlp.batch import Signal
+from gputally.pipeline.component import ALL_SIGNALS, ComponentContext, Consumer, Exporter, Processor, Receiver
+
+__all__ = ["AnyFactory", "ExporterFactory", "ProcessorFactory", "ReceiverCreate", "ReceiverFactory"]
+
+ConfigT = TypeVar("ConfigT", bound=Strict)
+ConfigT_contra = TypeVar("ConfigT_contra", bound=Strict, contravariant=True)
+
+
+class ReceiverCreate(Protocol[ConfigT_contra]):
+    """A receiver's ``create``: one receiver per receiver ID, handed one consumer per signal
+    that has a pipeline naming it; ``reuse_port`` lets several processes share its ports."""
+
+    def __call__(
+        self,
+        config: ConfigT_contra,
+        context: ComponentContext,
+        consumers: Mapping[Signal, Consumer],
+        *,
+        reuse_port: bool,
+    ) -> Receiver: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Factory(Generic[ConfigT]):
+    """What every kind's factory has: its type name as written in config, and its config model."""
+
+    type_name: str
+    """The component type as written in config (``otlp``, ``batch``, ``otlp/name``'s ``otlp``)."""
+    config: type[ConfigT]
+    """The model of its config section (fields are the YAML keys)."""
+    signals: frozenset[Signal] = ALL_SIGNALS
+    """The pipeline signals it may serve; config validation refuses the others."""
+
+    def parse(self, section: object) -> ConfigT:
+        """The validated config of one section (an empty section means every default)."""
+        return self.config.model_validate(section if section is not None else {})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReceiverFactory(_Factory[ConfigT]):
+    """Builds a receiver: ``create(config, context, consumers, reuse_port=...)``."""
+
+    create: ReceiverCreate[ConfigT]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessorFactory(_Factory[ConfigT]):
+    """Builds a processor: ``create(config, context, signal)``, one instance per pipeline."""
+
+    create: Callable[[ConfigT, ComponentContext, Signal], Processor]
+    mutates_data: bool
+    """Whether :meth:`Processor.process` changes the batch it is given in place (the Collector's
+    ``MutatesData`` capability). A receiver feeding several pipelines hands the same batch to
+    every pipeline whose processors only read it, and a copy to each that changes it. There
+    is no default: a wrong False lets one pipeline's changes leak into another."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExporterFactory(_Factory[ConfigT]):
+    """Builds an exporter: ``create(config, context)``, one per exporter ID, shared by the
+    pipelines that name it."""
+
+    create: Callable[[ConfigT, ComponentContext], Exporter]
+
+
+AnyFactory = ReceiverFactory[Any] | ProcessorFactory[Any] | ExporterFactory[Any]
+"""A factory of any kind."""
