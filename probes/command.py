@@ -123,12 +123,11 @@ async def run_collector(args: argparse.Namespace, interval: float, collector: Co
     allocations = from_options(args.pod_resources, args.pod_resources_refresh)
     telemetry = SelfTelemetry()
     exporter = None
-    exporter_id = "otlp"
     diagnose = None
     if not args.debug or args.endpoint is not None:
         from gputally.probes.delivery import create_exporter, parse_headers
 
-        exporter_id, exporter = create_exporter(
+        _, exporter = create_exporter(
             protocol=args.protocol,
             endpoint=args.endpoint,
             insecure=args.insecure,
@@ -138,7 +137,7 @@ async def run_collector(args: argparse.Namespace, interval: float, collector: Co
         )
         from gputally.probes.delivery import tls_mismatch
 
-        destination = str(getattr(exporter, "destination", ""))
+        destination = exporter.destination
         insecure = args.insecure or destination.startswith("http://")
 
         async def diagnose() -> str | None:
@@ -147,6 +146,5 @@ async def run_collector(args: argparse.Namespace, interval: float, collector: Co
     options = ProbeOptions(interval_s=interval, once=args.once, debug=args.debug, title=title, probe=probe,
                            metrics_only=args.metrics_only,
                            summary_interval_s=getattr(args, "summary_every_s", 300.0))
-    runner = Runner(collector, options=options, exporter=exporter, exporter_id=exporter_id, telemetry=telemetry,
-                    allocations=allocations, diagnose=diagnose)
+    runner = Runner(collector, options=options, exporter=exporter, allocations=allocations, diagnose=diagnose)
     return await runner.run()

@@ -1,8 +1,11 @@
-"""The probe's exporter: the server's ``otlp`` / ``otlphttp`` exporter, configured from flags.
+"""The probe's exporter: the server's ``otlp`` / ``otlphttp`` exporter, configured from flags,
+and the tally of what became of what the probe handed it.
 
 Keys the flags leave out come from ``OTEL_EXPORTER_OTLP_*`` (the exporters resolve them), so
 ``OTEL_EXPORTER_OTLP_ENDPOINT=http://gateway:4317 gputally probe nvml`` works as with any
-OpenTelemetry SDK.
+OpenTelemetry SDK. The exporter tells a :class:`DeliveryTally` of every settled batch
+(:class:`~gputally.exporters.sender.DeliveryListener`), so the probe knows what it delivered
+without reading the exporter's metrics back.
 """
 
 from __future__ import annotations
@@ -10,18 +13,104 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
 from gputally.errors import ConfigError
-from gputally.pipeline.component import ComponentContext, Exporter
+from gputally.exporters.sender import DeliveryListener, QueuedExporter
+from gputally.otlp.batch import Batch, Signal
+from gputally.pipeline.component import ComponentContext
 from gputally.telemetry import SelfTelemetry
 
-__all__ = ["create_exporter", "parse_headers", "tls_mismatch"]
+__all__ = ["DeliveryTally", "ProbeExporter", "counted", "create_exporter", "parse_headers", "tls_mismatch"]
+
+
+class ProbeExporter(Protocol):
+    """What the runner needs of its exporter: the pipeline's calls, word of each batch's fate,
+    and the queue's fill for the summary line. :class:`QueuedExporter` is one."""
+
+    async def start(self) -> None: ...
+
+    async def export(self, batch: Batch) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+    def add_listener(self, listener: DeliveryListener) -> None: ...
+
+    @property
+    def queued(self) -> int: ...
+
+    @property
+    def capacity(self) -> int: ...
+
+
+class DeliveryTally:
+    """What became of the batches handed to the exporter, told by the exporter itself, and the
+    one reason worth acting on (a server without a logs pipeline). :meth:`wait_settled` wakes
+    when everything handed over is sent or given up on."""
+
+    def __init__(self, on_attempt_failed: Callable[[Signal, Exception], None]) -> None:
+        self.expected = {Signal.METRICS: 0, Signal.LOGS: 0}
+        self.sent = {Signal.METRICS: 0, Signal.LOGS: 0}
+        self.failed_items = {Signal.METRICS: 0, Signal.LOGS: 0}
+        self.logs_unimplemented = False
+        self._on_attempt_failed = on_attempt_failed
+        self._settled = asyncio.Event()
+        self._settled.set()
+
+    def handed(self, batch: Batch) -> None:
+        """The exporter accepted ``batch``: its items are now awaited."""
+        self.expected[batch.signal] += batch.items
+        self._note()
+
+    def attempt_failed(self, signal: Signal, error: Exception) -> None:
+        self._on_attempt_failed(signal, error)
+
+    def settled(self, signal: Signal, sent: int, failed: int, error: BaseException | None) -> None:
+        self.sent[signal] += sent
+        self.failed_items[signal] += failed
+        if signal is Signal.LOGS and failed and error is not None and _unimplemented(error):
+            self.logs_unimplemented = True
+        self._note()
+
+    def is_settled(self) -> bool:
+        """True once the exporter has sent (or given up on) every item handed to it."""
+        return all(self.sent[s] + self.failed_items[s] >= n for s, n in self.expected.items())
+
+    async def wait_settled(self) -> None:
+        await self._settled.wait()
+
+    def failed(self) -> bool:
+        """Something was lost, other than logs a server without a logs pipeline refused."""
+        return self.failed_items[Signal.METRICS] > 0 or (
+            self.failed_items[Signal.LOGS] > 0 and not self.logs_unimplemented
+        )
+
+    def summary(self) -> str:
+        return (f"sent {counted(self.sent[Signal.METRICS], 'point')}, "
+                f"{counted(self.sent[Signal.LOGS], 'log record')}; "
+                f"failed {self.failed_items[Signal.METRICS] + self.failed_items[Signal.LOGS]}")
+
+    def _note(self) -> None:
+        if self.is_settled():
+            self._settled.set()
+        else:
+            self._settled.clear()
+
+
+def _unimplemented(error: BaseException) -> bool:
+    """The server has no pipeline for the signal: gRPC UNIMPLEMENTED, HTTP 404."""
+    text = str(error)
+    return text.startswith("UNIMPLEMENTED") or text.startswith("HTTP 404")
+
+
+def counted(n: int, noun: str, plural: str = "") -> str:
+    """``1 point``, ``2 points``; ``plural`` where adding an s is wrong."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def parse_headers(pairs: Sequence[str]) -> dict[str, str]:
@@ -45,7 +134,7 @@ def create_exporter(
     telemetry: SelfTelemetry,
     shutdown_timeout: float = 30.0,
     overrides: Mapping[str, Any] | None = None,
-) -> tuple[str, Exporter]:
+) -> tuple[str, QueuedExporter]:
     """``(exporter_id, exporter)``, not started. ``overrides`` are further config keys of the
     exporter (``retry_on_failure``, ``sending_queue``...), applied last."""
     from gputally.exporters import otlp_grpc, otlp_http
@@ -70,7 +159,9 @@ def create_exporter(
             f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()
         ]) from exc
     context = ComponentContext(id=factory.type_name, telemetry=telemetry, shutdown_timeout=shutdown_timeout)
-    return factory.type_name, factory.create(config, context)
+    exporter = factory.create(config, context)
+    assert isinstance(exporter, QueuedExporter)  # both OTLP exporters are; the probe relies on its listener
+    return factory.type_name, exporter
 
 
 async def tls_mismatch(destination: str, *, insecure: bool, timeout: float = 3.0) -> str | None:

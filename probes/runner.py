@@ -3,7 +3,9 @@
 Delivery goes through the server's own exporters (:mod:`gputally.exporters`): the same bounded
 queue (optionally on disk), retry with backoff and OTLP status handling, so a receiver restart
 costs nothing but a delay. A full queue refuses the cycle's data, which is logged (once until
-delivery recovers) and counted by the exporter; the loop never waits on the network.
+delivery recovers) and counted by the exporter; the loop never waits on the network. What
+became of each accepted batch the exporter tells a :class:`~gputally.probes.delivery.DeliveryTally`;
+with ``once`` the runner awaits it (or the drain timeout) before it exits.
 """
 
 from __future__ import annotations
@@ -14,17 +16,16 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gputally.errors import Refused
 from gputally.otlp.batch import Batch, Signal
-from gputally.pipeline.component import Exporter
 from gputally.probes.collector import Collector
 from gputally.probes.debug import render
+from gputally.probes.delivery import DeliveryTally, ProbeExporter, counted
 from gputally.probes.model import Cycle
-from gputally.telemetry import SelfTelemetry
 
 if TYPE_CHECKING:
     from gputally.probes.allocations import PodAllocations
@@ -57,52 +58,6 @@ class ProbeOptions:
     0: only the final one."""
 
 
-class _Delivery:
-    """What became of the batches handed to the exporter, told by the exporter itself
-    (:class:`~gputally.exporters.sender.DeliveryListener`), and the reasons worth saying once."""
-
-    def __init__(self, on_attempt_failed: Callable[[Signal, Exception], None]) -> None:
-        self.expected = {Signal.METRICS: 0, Signal.LOGS: 0}
-        self.sent = {Signal.METRICS: 0, Signal.LOGS: 0}
-        self.failed_items = {Signal.METRICS: 0, Signal.LOGS: 0}
-        self.logs_unimplemented = False
-        self._on_attempt_failed = on_attempt_failed
-
-    def attempt_failed(self, signal: Signal, error: Exception) -> None:
-        self._on_attempt_failed(signal, error)
-
-    def settled(self, signal: Signal, sent: int, failed: int, error: BaseException | None) -> None:
-        self.sent[signal] += sent
-        self.failed_items[signal] += failed
-        if signal is Signal.LOGS and failed and error is not None and _unimplemented(error):
-            self.logs_unimplemented = True
-
-    def is_settled(self) -> bool:
-        """True once the exporter has sent (or given up on) every item handed to it."""
-        return all(self.sent[s] + self.failed_items[s] >= n for s, n in self.expected.items())
-
-    def failed(self) -> bool:
-        """Something was lost, other than logs a server without a logs pipeline refused."""
-        return self.failed_items[Signal.METRICS] > 0 or (
-            self.failed_items[Signal.LOGS] > 0 and not self.logs_unimplemented
-        )
-
-    def summary(self) -> str:
-        return (f"sent {_count(self.sent[Signal.METRICS], 'point')}, "
-                f"{_count(self.sent[Signal.LOGS], 'log record')}; "
-                f"failed {self.failed_items[Signal.METRICS] + self.failed_items[Signal.LOGS]}")
-
-
-def _unimplemented(error: BaseException) -> bool:
-    """The server has no pipeline for the signal: gRPC UNIMPLEMENTED, HTTP 404."""
-    text = str(error)
-    return text.startswith("UNIMPLEMENTED") or text.startswith("HTTP 404")
-
-
-def _count(n: int, noun: str, plural: str = "") -> str:
-    return f"{n} {noun if n == 1 else plural or noun + 's'}"
-
-
 class Runner:
     """Drives a :class:`Collector` and hands what it collects to an exporter and/or the screen."""
 
@@ -111,9 +66,7 @@ class Runner:
         collector: Collector,
         *,
         options: ProbeOptions,
-        exporter: Exporter | None = None,
-        exporter_id: str = "otlp",
-        telemetry: SelfTelemetry | None = None,
+        exporter: ProbeExporter | None = None,
         out: TextIO | None = None,
         on_cycle: Callable[[Cycle], None] | None = None,
         allocations: PodAllocations | None = None,
@@ -132,13 +85,13 @@ class Runner:
         self._stop = asyncio.Event()
         self._refusing = False
         self._failing = False
-        del exporter_id, telemetry  # deliveries are told by the exporter, not read from its metrics
-        self._delivery = _Delivery(self._attempt_failed)
-        if exporter is not None and hasattr(exporter, "add_listener"):
+        self._delivery = DeliveryTally(self._attempt_failed)
+        if exporter is not None:
             exporter.add_listener(self._delivery)
         self._diagnose = diagnose
         self._diagnosis: asyncio.Task[str | None] | None = None
         self._mismatch: str | None = None
+        self._mismatch_found = asyncio.Event()
         self._send_logs = not options.metrics_only
         self._encoder: OtlpEncoder | None = None
         self.cycles = 0
@@ -179,15 +132,12 @@ class Runner:
 
     def summary(self) -> str:
         """One line: cycles, GPUs and processes in the last one, what was sent, the queue."""
-        line = (f"probe {self._options.probe}: {_count(self.cycles, 'cycle')}, {_count(self._gpus, 'GPU')}, "
-                f"{_count(self._processes, 'process', 'processes')}")
+        line = (f"probe {self._options.probe}: {counted(self.cycles, 'cycle')}, {counted(self._gpus, 'GPU')}, "
+                f"{counted(self._processes, 'process', 'processes')}")
         if self._exporter is None:
             return line
-        line += f"; {self._delivery.summary()}"
-        queued, capacity = getattr(self._exporter, "queued", None), getattr(self._exporter, "capacity", None)
-        if queued is not None:
-            line += f"; queue {queued}/{capacity} batches"
-        return line
+        return (f"{line}; {self._delivery.summary()}; "
+                f"queue {self._exporter.queued}/{self._exporter.capacity} batches")
 
     def _attempt_failed(self, signal: Signal, error: Exception) -> None:
         del signal, error
@@ -203,6 +153,7 @@ class Runner:
             return None
         if found:
             self._mismatch = found
+            self._mismatch_found.set()
             log.error("%s", found)
         return found
 
@@ -275,7 +226,7 @@ class Runner:
                     log.warning("the exporter refused a collection (%s); data is dropped until it accepts again", exc)
                 self._refusing = True
                 continue
-            self._delivery.expected[batch.signal] += batch.items
+            self._delivery.handed(batch)
             if self._refusing:
                 log.info("the exporter accepts data again")
                 self._refusing = False
@@ -293,10 +244,8 @@ class Runner:
         assert self._exporter is not None
         code = 0
         if self._options.once:
-            deadline = time.monotonic() + self._options.drain_timeout_s
-            while (not self._delivery.is_settled() and time.monotonic() < deadline and not self._stop.is_set()
-                   and self._mismatch is None):
-                await asyncio.sleep(0.05)
+            await _first_of(self._delivery.wait_settled(), self._stop.wait(), self._mismatch_found.wait(),
+                            timeout=self._options.drain_timeout_s)
             self._note_logs_unimplemented()
             if self._mismatch is not None:
                 log.error("the collection was not delivered (the TLS setting, above)")
@@ -309,3 +258,14 @@ class Runner:
                 log.info("delivered: %s", self.summary())
         await self._exporter.shutdown()
         return code
+
+
+async def _first_of(*waits: Coroutine[Any, Any, Any], timeout: float) -> None:
+    """Return when the first of ``waits`` is done, or after ``timeout`` seconds."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from gputally.cli import main
+from gputally.exporters.sender import DeliveryListener, QueuedExporter
 from gputally.otlp.batch import Batch
 from gputally.pipeline.component import Exporter
 from gputally.probes import delivery
@@ -29,13 +30,28 @@ def first_point_time(batch: Batch) -> int:
 
 
 class Observed(Exporter):
-    def __init__(self, inner: Exporter, log_path: str) -> None:
+    def __init__(self, inner: QueuedExporter, log_path: str) -> None:
         self._inner = inner
         self._log = open(log_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
 
     @property
     def ready(self) -> bool:
         return self._inner.ready
+
+    @property
+    def destination(self) -> str:
+        return self._inner.destination
+
+    @property
+    def queued(self) -> int:
+        return self._inner.queued
+
+    @property
+    def capacity(self) -> int:
+        return self._inner.capacity
+
+    def add_listener(self, listener: DeliveryListener) -> None:
+        self._inner.add_listener(listener)
 
     async def start(self) -> None:
         await self._inner.start()

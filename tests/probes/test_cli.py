@@ -16,6 +16,7 @@ import pytest
 
 from gputally.cli import main
 from gputally.errors import Refused
+from gputally.exporters.sender import DeliveryListener
 from gputally.otlp.batch import Batch
 from gputally.pipeline.component import Exporter
 from gputally.probes.nvml.replay import ReplaySource
@@ -117,6 +118,11 @@ class _Refusing(Exporter):
 
     async def shutdown(self) -> None:
         self.stopped = True
+
+    def add_listener(self, listener: DeliveryListener) -> None:
+        """Nothing is ever accepted, so nothing settles."""
+
+    queued = capacity = 0
 
 
 async def test_a_refusing_exporter_is_logged_once_and_the_loop_goes_on(caplog: pytest.LogCaptureFixture) -> None:

@@ -45,12 +45,11 @@ def probe(
     endpoint: str, options: ProbeOptions, on_cycle: Any = None, protocol: Any = "grpc", queue_dir: Path | None = None
 ) -> Runner:
     telemetry = SelfTelemetry()
-    exporter_id, exporter = create_exporter(
+    _, exporter = create_exporter(
         protocol=protocol, endpoint=endpoint, insecure=True, headers={}, queue_dir=queue_dir, telemetry=telemetry,
         shutdown_timeout=2.0, overrides=FAST_RETRY,
     )
-    return Runner(collector(ReplaySource(recording())), options=options, exporter=exporter, exporter_id=exporter_id,
-                  telemetry=telemetry, on_cycle=on_cycle)
+    return Runner(collector(ReplaySource(recording())), options=options, exporter=exporter, on_cycle=on_cycle)
 
 
 async def vendor_replay_through_serve(sink: OtlpSink, vendor: str, recording: Path) -> Any:
