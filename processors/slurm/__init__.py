@@ -7,7 +7,8 @@ from .attributes import ATTRIBUTES
 from .backends import Backend, CliBackend, PyslurmBackend, RestdBackend
 from .config import CacheConfig, CliConfig, GresConfig, PyslurmConfig, SlurmConfig, SlurmrestdConfig
 from .errors import SlurmError, SlurmUnavailable
-from .jobs import JobCache, JobInfo
+from .jobs import JobCache
+from .model import JobInfo
 from .processor import SlurmProcessor, SlurmRuntime, create
 
 __all__ = [

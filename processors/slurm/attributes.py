@@ -29,7 +29,7 @@ from collections.abc import Collection
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from .jobs import JobInfo
+from .model import JobInfo
 from .local import Found
 
 __all__ = ["ATTRIBUTES", "JOB_ID", "SOURCE", "resource_blob"]

@@ -1,4 +1,4 @@
-"""What a Slurm job is (:class:`JobInfo`) and the cache that keeps that knowledge (:class:`JobCache`).
+"""The cache of what is known about Slurm jobs (:class:`JobCache`; a job is a :class:`~.model.JobInfo`).
 
 The processor never waits on Slurm: it asks the cache, which answers from memory at once and
 queues what it does not know (or knows too long) for its background task. So a job first
@@ -26,12 +26,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from .errors import SlurmError
-from .hostlist import expand_hostlist
+from .model import JobInfo
 
 if TYPE_CHECKING:
     from .backends.base import Backend
 
-__all__ = ["JobCache", "JobInfo"]
+__all__ = ["JobCache"]
 
 log = logging.getLogger(__name__)
 
@@ -40,38 +40,6 @@ _BULK = 2
 _NODE_IDLE_INTERVALS = 10
 """A node whose GPUs were not asked about for this many refresh intervals is no longer refreshed."""
 _FIRST_BACKOFF = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class JobInfo:
-    """One Slurm job as the backends report it; ``None`` where the source said nothing."""
-
-    job_id: int
-    """The job's own ID; for an array task the task's job ID (which its cgroup names)."""
-    name: str | None = None
-    user: str | None = None
-    uid: int | None = None
-    account: str | None = None
-    partition: str | None = None
-    qos: str | None = None
-    array_job_id: int | None = None
-    """The array's ID, for array tasks only."""
-    array_task_id: int | None = None
-    nodes: str | None = None
-    """Allocated nodes as a Slurm hostlist (``gpu[01-02]``)."""
-    cluster: str | None = None
-    state: str | None = None
-    gpus: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    """GRES GPU indexes allocated on each node: ``(("gpu01", (0, 1)),)``."""
-
-    def gpu_indexes(self, node: str) -> tuple[int, ...]:
-        return next((indexes for name, indexes in self.gpus if name == node), ())
-
-    def node_names(self) -> list[str]:
-        try:
-            return expand_hostlist(self.nodes) if self.nodes else []
-        except ValueError:
-            return []
 
 
 @dataclass(slots=True)

@@ -43,7 +43,8 @@ from .attributes import JOB_ID, resource_blob
 from .backends import Backend, make_backend
 from .config import SlurmConfig
 from .gres import GpuMap, GresConf, nvidia_minors
-from .jobs import JobCache, JobInfo
+from .jobs import JobCache
+from .model import JobInfo
 from .local import Found, LocalProcesses
 
 __all__ = ["SlurmProcessor", "SlurmRuntime", "create"]

@@ -24,7 +24,7 @@ from gputally.processors.slurm.gres import (
     parse_index_list,
 )
 from gputally.processors.slurm.hostlist import expand_hostlist
-from gputally.processors.slurm.jobs import JobInfo
+from gputally.processors.slurm.model import JobInfo
 from gputally.processors.slurm.local import Found, LocalProcesses
 
 TESTDATA = Path(__file__).parent / "testdata"

@@ -2,7 +2,7 @@
 
 A backend answers two questions: "what is job J?" (:meth:`Backend.get_job`) and "which jobs
 run now, and on which GPUs?" (:meth:`Backend.running_jobs`). Answers are
-:class:`~gputally.processors.slurm.jobs.JobInfo` values, whatever the source spoke (text
+:class:`~gputally.processors.slurm.model.JobInfo` values, whatever the source spoke (text
 from ``scontrol``, JSON from ``squeue`` or slurmrestd, pyslurm objects). Failures raise
 :class:`~gputally.processors.slurm.errors.SlurmError`; an unknown job is ``None``.
 """
@@ -13,7 +13,7 @@ import abc
 from collections.abc import Iterable
 
 from ..errors import SlurmError, SlurmUnavailable
-from ..jobs import JobInfo
+from ..model import JobInfo
 
 __all__ = ["Backend", "SlurmError", "SlurmUnavailable", "first"]
 

@@ -23,7 +23,7 @@ from ..config import CliConfig
 from ..errors import SlurmError, SlurmUnavailable
 from ..gres import parse_gres_indexes
 from ..hostlist import expand_hostlist
-from ..jobs import JobInfo
+from ..model import JobInfo
 from .base import Backend, first
 from .json_jobs import jobs_from_json, running
 

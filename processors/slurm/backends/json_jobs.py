@@ -12,7 +12,7 @@ from typing import Any
 
 from ..gres import parse_gres_indexes
 from ..hostlist import expand_hostlist
-from ..jobs import JobInfo
+from ..model import JobInfo
 
 __all__ = ["ACTIVE_STATES", "job_from_json", "jobs_from_json", "running"]
 

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from ..config import PyslurmConfig
 from ..errors import SlurmError, SlurmUnavailable
 from ..gres import parse_index_list
-from ..jobs import JobInfo
+from ..model import JobInfo
 from .base import Backend
 from .json_jobs import running
 

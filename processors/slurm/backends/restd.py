@@ -25,7 +25,7 @@ from gputally.tls import client_ssl_context
 
 from ..config import SlurmrestdConfig
 from ..errors import SlurmError, SlurmUnavailable
-from ..jobs import JobInfo
+from ..model import JobInfo
 from .base import Backend, first
 from .json_jobs import job_from_json, jobs_from_json, running
 
