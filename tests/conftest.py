@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from harness.integration import mark_integration
 from harness.processes import free_port
 from support.otlp import OtlpSink
 
@@ -16,7 +17,15 @@ pytest_plugins = [
     "harness.otelcol.fixtures",
     "harness.prometheus.fixtures",
     "harness.slurm.fixtures",
+    "harness.systemd.fixtures",
 ]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests that need a server built by ``make harness`` as ``integration``, so
+    ``pytest -m "not integration"`` is a quick run (see harness/integration.py)."""
+    mark_integration(items)
+
 
 @pytest.fixture
 async def otlp_sink() -> AsyncIterator[OtlpSink]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -195,17 +194,6 @@ def runnable_copies(directory: Path) -> list[str]:
         (directory / name).write_text(text.replace("/opt/gputally/bin/gputally ", f"{sys.executable} "))
         copies.append(str(directory / name))
     return copies
-
-
-@pytest.fixture(scope="module")
-def systemd_analyze() -> str:
-    """systemd-analyze; fails (never skips) without it: ``make test`` installs it
-    (tests/harness/systemd/setup.sh)."""
-    path = shutil.which("systemd-analyze")
-    if path is None:
-        pytest.fail("systemd-analyze is not on PATH: run tests/harness/systemd/setup.sh (Debian package systemd)",
-                    pytrace=False)
-    return path
 
 
 def test_systemd_analyze_verify_reports_nothing(tmp_path: Path, systemd_analyze: str) -> None:
