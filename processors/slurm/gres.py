@@ -137,11 +137,7 @@ class GresConf:
     @classmethod
     def parse(cls, text: str) -> GresConf:
         """Read gres.conf text; lines that cannot be read are skipped (and logged once)."""
-        autodetect_all: str | None = None
-        shared: list[str] = []  # File= of lines for every node
-        shared_auto: str | None = None
-        per_node: dict[str, list[str]] = {}
-        per_node_auto: dict[str, str] = {}
+        lines = _GresLines()
         for number, line in enumerate(_logical_lines(text), 1):
             fields = _fields(line)
             if not fields:
@@ -152,47 +148,76 @@ class GresConf:
             except ValueError as exc:
                 log.warning("gres.conf line %d ignored: %s", number, exc)
                 continue
-            auto = fields.get("autodetect")
-            if auto is not None and set(fields) <= {"autodetect", "nodename"}:
-                if nodes is None:
-                    autodetect_all = auto.lower()
-                else:
-                    per_node_auto.update(dict.fromkeys(nodes, auto.lower()))
-                continue
-            if fields.get("name", "").lower() != "gpu":
-                continue
-            if auto is not None and nodes is not None:
-                per_node_auto.update(dict.fromkeys(nodes, auto.lower()))
-            elif auto is not None:
-                shared_auto = auto.lower()
-            files = _files(fields.get("file", ""))
-            if nodes is None:
-                shared.extend(files)
+            lines.add(fields, nodes)
+        return lines.conf()
+
+
+@dataclass
+class _GresLines:
+    """What gres.conf's lines say about GPUs, gathered line by line before the layouts are
+    worked out (a node's layout depends on lines before and after its own)."""
+
+    autodetect_all: str | None = None
+    """``AutoDetect=`` of a line with nothing else (no ``NodeName=``): every node's default."""
+    shared_auto: str | None = None
+    """``AutoDetect=`` of a ``Name=gpu`` line for every node; wins over :attr:`autodetect_all`."""
+    shared: list[str] = field(default_factory=list)
+    """``File=`` paths of ``Name=gpu`` lines for every node, in order."""
+    per_node_auto: dict[str, str] = field(default_factory=dict)
+    per_node: dict[str, list[str]] = field(default_factory=dict)
+    """``File=`` paths of ``Name=gpu`` lines naming the node, in order (after :attr:`shared`)."""
+
+    def add(self, fields: Mapping[str, str], nodes: list[str] | None) -> None:
+        """One line's ``key=value`` fields (keys lowercased); ``nodes``: its ``NodeName=``, expanded."""
+        auto = fields.get("autodetect")
+        auto = auto.lower() if auto is not None else None
+        only_autodetect = auto is not None and set(fields) <= {"autodetect", "nodename"}
+        if not only_autodetect and fields.get("name", "").lower() != "gpu":
+            return  # another GRES (mps, shard...)
+        if auto is not None:
+            if nodes is not None:
+                self.per_node_auto.update(dict.fromkeys(nodes, auto))
+            elif only_autodetect:
+                self.autodetect_all = auto
             else:
-                for node in nodes:
-                    per_node.setdefault(node, []).extend(files)
-        minors: dict[str, tuple[int, ...]] = {}
+                self.shared_auto = auto
+        if only_autodetect:
+            return
+        files = _files(fields.get("file", ""))
+        if nodes is None:
+            self.shared.extend(files)
+        else:
+            for node in nodes:
+                self.per_node.setdefault(node, []).extend(files)
 
-        def resolve(paths: Sequence[str]) -> tuple[int, ...]:
-            if not paths:
-                return ()
-            key = "\0".join(paths)
-            if key not in minors:
-                minors[key] = tuple(m for m in (device_minor(p) for p in paths) if m is not None)
-            return minors[key]
-
-        def ordered(auto: str | None, paths: Sequence[str]) -> tuple[int, ...] | None:
-            if auto not in (None, "off") or not paths:
-                return None
-            return resolve(paths) or None  # nothing resolvable: as if unknown
-
-        default_auto = shared_auto or autodetect_all
+    def conf(self) -> GresConf:
+        """The layout of every node named, and the default for the others."""
+        order = _DeviceOrder()
+        default_auto = self.shared_auto or self.autodetect_all
         layouts = {
-            node: ordered(per_node_auto.get(node, default_auto), [*shared, *files]) for node, files in per_node.items()
+            node: order(self.per_node_auto.get(node, default_auto), [*self.shared, *files])
+            for node, files in self.per_node.items()
         }
-        for node, auto in per_node_auto.items():
-            layouts.setdefault(node, ordered(auto, shared))
-        return cls(layouts=layouts, default=ordered(default_auto, shared))
+        for node, auto in self.per_node_auto.items():
+            layouts.setdefault(node, order(auto, self.shared))
+        return GresConf(layouts=layouts, default=order(default_auto, self.shared))
+
+
+class _DeviceOrder:
+    """A layout from its AutoDetect setting and device files, each distinct file list read once."""
+
+    def __init__(self) -> None:
+        self._minors: dict[tuple[str, ...], tuple[int, ...]] = {}
+
+    def __call__(self, auto: str | None, paths: Sequence[str]) -> tuple[int, ...] | None:
+        """Device minors in GRES index order; None where AutoDetect orders the GPUs, or where
+        no file is listed or none resolves to a minor (as if unknown)."""
+        if auto not in (None, "off") or not paths:
+            return None
+        key = tuple(paths)
+        if key not in self._minors:
+            self._minors[key] = tuple(m for m in (device_minor(p) for p in paths) if m is not None)
+        return self._minors[key] or None
 
 
 def _logical_lines(text: str) -> Iterable[str]:
