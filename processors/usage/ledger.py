@@ -68,6 +68,8 @@ class OwnerState:
     first_ns: int
     last_ns: int
     gpus: set[str] = field(default_factory=set)
+    seen_with: tuple[tuple[str, Value], ...] = ()
+    """The attributes last merged in: the same tuple again (a cached decision) is not merged anew."""
 
 
 @dataclass(slots=True)
@@ -151,13 +153,27 @@ class Ledger:
     def settle(self, now: float, *, everything: bool = False) -> None:
         """Integrate every held sample that arrived ``settle`` seconds ago (all with ``everything``)."""
         limit = now - self.config.settle
+        devices = self.devices
         for hw_id in list(self._pending):
-            state = self.devices[hw_id]
-            ready = sorted(t for t, s in state.pending.items() if everything or s.arrived <= limit)
-            if len(ready) == len(state.pending):
+            state = devices[hw_id]
+            pending = state.pending
+            if everything:
+                due = list(pending.items())
+            else:  # a GPU's samples are held in the order they arrived: the due ones come first
+                due = []
+                for t, sample in pending.items():
+                    if sample.arrived > limit:
+                        break
+                    due.append((t, sample))
+            if len(due) == len(pending):
+                pending.clear()
                 self._pending.discard(hw_id)
-            for t in ready:
-                sample = state.pending.pop(t)
+            else:
+                for t, _ in due:
+                    del pending[t]
+            if len(due) > 1:
+                due.sort(key=_time_of)
+            for t, sample in due:
                 if state.last_ns is not None and t <= state.last_ns:
                     self.late += 1  # older than a sample that settled first (it arrived earlier)
                     continue
@@ -171,29 +187,37 @@ class Ledger:
     # -- integration -----------------------------------------------------------------------
 
     def _integrate(self, hw_id: str, state: Device, t: int, sample: Sample) -> None:
-        config = self.config
         reading = sample.device
         assert reading is not None
         if reading.attributes:
             state.attributes = reading.attributes
         if reading.limit is not None:
             state.limit = reading.limit
-        since = state.last_ns if state.last_ns is not None else t  # a counter begun now starts here
-        holders = [self._see(named, hw_id, t) for named in reading.allocation] or [UNALLOCATED]
+        previous = state.last_ns
+        since = previous if previous is not None else t  # a counter begun now starts here
+        see = self._see
+        holders = [see(named, hw_id, t) for named in reading.allocation] or [UNALLOCATED]
         by_owner: dict[Owner, list[float]] = {}  # owner -> [utilization sum, memory sum]
         for process in sample.processes.values():
-            owner = self._see(process.owner, hw_id, t)
-            totals = by_owner.setdefault(owner, [0.0, 0.0])
-            totals[0] += process.utilization or 0.0
-            totals[1] += process.memory or 0.0
-        self._peaks(state, since, holders, by_owner, reading)
-        previous, state.last_ns = state.last_ns, t
-        self.watermark = max(self.watermark, t)
-        energy_before, state.energy = state.energy, reading.energy_j if reading.energy_j is not None else state.energy
+            owner = see(process.owner, hw_id, t)
+            totals = by_owner.get(owner)
+            if totals is None:
+                by_owner[owner] = [process.utilization or 0.0, process.memory or 0.0]
+            else:
+                totals[0] += process.utilization or 0.0
+                totals[1] += process.memory or 0.0
+        accounts = state.accounts
+        self._peaks(accounts, since, holders, by_owner, reading)
+        state.last_ns = t
+        if t > self.watermark:
+            self.watermark = t
+        energy_before = state.energy
+        if reading.energy_j is not None:
+            state.energy = reading.energy_j
         if previous is None:
             return
         dt = (t - previous) / _NS
-        if dt > config.max_gap:
+        if dt > self.config.max_gap:
             state.unobserved += dt
             self.gaps += 1
             self._close_spells(hw_id, state, t, keep=())
@@ -206,44 +230,60 @@ class Ledger:
             energy = reading.energy_j - energy_before
             if energy < 0:  # the counter restarted (driver reload): it counts from zero again
                 energy = reading.energy_j
-        energy_shares = shares or {h: 1 / len(holders) for h in holders}
-        for owner, share in energy_shares.items():
-            self._account(state, owner, since).energy += energy * share
-        for owner, share in shares.items():
-            self._account(state, owner, since).busy += busy * share
+        if shares:
+            for owner, share in shares.items():
+                account = _account(accounts, owner, since)
+                account.energy += energy * share
+                account.busy += busy * share
+        else:
+            for holder in holders:
+                _account(accounts, holder, since).energy += energy * (1 / len(holders))
+        self._share_time(hw_id, state, accounts, since, previous, t, dt, busy, shares, holders, by_owner)
+
+    def _share_time(
+        self, hw_id: str, state: Device, accounts: dict[Owner, Account], since: int, previous: int, t: int,
+        dt: float, busy: float, shares: dict[Owner, float], holders: list[Owner], by_owner: dict[Owner, list[float]],
+    ) -> None:
+        """Allocated, present and idle time, and the idle spells they start or end."""
+        idle_below = self.config.idle_below
         per = dt / len(holders)
         judged: list[Owner] = []
         for holder in holders:
-            account = self._account(state, holder, since)
+            account = _account(accounts, holder, since)
             account.allocated += per
             account.present += per
-            utilization = busy / dt if holder is UNALLOCATED else busy * shares.get(holder, 0.0) / per
-            idle = utilization < config.idle_below
+            if holder is UNALLOCATED:
+                if busy / dt < idle_below:
+                    account.idle += per
+                continue
+            idle = busy * shares.get(holder, 0.0) / per < idle_below
             if idle:
                 account.idle += per
-            if holder is not UNALLOCATED:
-                self._spell(hw_id, state, holder, account, previous, t, idle, "allocated")
-                judged.append(holder)
+            self._spell(hw_id, state, holder, account, previous, t, idle, "allocated")
+            judged.append(holder)
         for owner, (_, memory) in by_owner.items():
             if owner in holders:
                 continue
-            account = self._account(state, owner, since)
+            account = _account(accounts, owner, since)
             account.present += dt
             if memory > 0:
-                idle = busy * shares.get(owner, 0.0) / dt < config.idle_below
+                idle = busy * shares.get(owner, 0.0) / dt < idle_below
                 self._spell(hw_id, state, owner, account, previous, t, idle, "holding")
                 judged.append(owner)
         self._close_spells(hw_id, state, t, keep=judged)
 
+    @staticmethod
     def _peaks(
-        self, state: Device, since: int, holders: list[Owner], by_owner: dict[Owner, list[float]], reading: DeviceReading
+        accounts: dict[Owner, Account], since: int, holders: list[Owner], by_owner: dict[Owner, list[float]],
+        reading: DeviceReading,
     ) -> None:
         for owner, (_, memory) in by_owner.items():
-            account = self._account(state, owner, since)
-            account.peak_memory = max(account.peak_memory, memory)
+            account = _account(accounts, owner, since)
+            if memory > account.peak_memory:
+                account.peak_memory = memory
         if not by_owner and len(holders) == 1 and holders[0] is not UNALLOCATED and reading.memory is not None:
             # No process list at all (dcgm-exporter): the GPU's memory is its one holder's.
-            account = self._account(state, holders[0], since)
+            account = _account(accounts, holders[0], since)
             account.peak_memory = max(account.peak_memory, reading.memory)
 
     def _see(self, named: Named, hw_id: str, t: int) -> Owner:
@@ -253,19 +293,17 @@ class Ledger:
             if len(self.owners) >= self.config.max_owners:
                 self._evict_one()
             state = self.owners[owner] = OwnerState(attributes=dict(attributes), first_ns=t, last_ns=t)
+            state.seen_with = attributes
         else:
-            if attributes:
+            if attributes and attributes is not state.seen_with:
                 state.attributes.update(attributes)
-            state.last_ns = max(state.last_ns, t)
-            state.first_ns = min(state.first_ns, t)
+                state.seen_with = attributes
+            if t > state.last_ns:
+                state.last_ns = t
+            elif t < state.first_ns:
+                state.first_ns = t
         state.gpus.add(hw_id)
         return owner
-
-    def _account(self, state: Device, owner: Owner, t: int) -> Account:
-        account = state.accounts.get(owner)
-        if account is None:
-            account = state.accounts[owner] = Account(start_ns=t)
-        return account
 
     def _evict_one(self) -> None:
         oldest = min(self.owners, key=lambda o: self.owners[o].last_ns)
@@ -423,6 +461,17 @@ class Ledger:
     def drain_events(self) -> list[Event]:
         events, self.events = self.events, []
         return events
+
+
+def _account(accounts: dict[Owner, Account], owner: Owner, since: int) -> Account:
+    account = accounts.get(owner)
+    if account is None:
+        account = accounts[owner] = Account(start_ns=since)
+    return account
+
+
+def _time_of(item: tuple[int, Sample]) -> int:
+    return item[0]
 
 
 def _shares(busy: float, by_owner: dict[Owner, list[float]], holders: list[Owner]) -> dict[Owner, float]:

@@ -19,6 +19,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
+from .layout import Layout, Layouts, build
 from .owners import UNATTRIBUTED, Named, OwnerRules, Value
 
 __all__ = ["DEVICE_KEYS", "DeviceReading", "Observer", "ProcessReading", "Sample"]
@@ -123,6 +124,10 @@ class Sample:
     """Monotonic time the first part of the sample arrived (for ``settle``)."""
 
 
+Observation = tuple[str, int, DeviceReading | None, str, ProcessReading | None]
+"""``(hw_id, time_ns, device reading, process key, process reading)``: one resource at one time."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Decision:
     hw_id: str
@@ -144,15 +149,23 @@ def _value(any_value: AnyValue) -> Any:
 
 
 class Observer:
-    """Turns requests into per-(GPU, sample time) readings. Holds only its decision cache."""
+    """Turns requests into per-(GPU, sample time) readings. Holds its decision and layout caches."""
 
     def __init__(self, rules: OwnerRules) -> None:
         self._rules = rules
         self._decisions: dict[bytes, _Decision | None] = {}
+        self.layouts = Layouts(self._layout)
 
-    def observe(self, raw: bytes) -> Iterator[tuple[str, int, DeviceReading | None, str, ProcessReading | None]]:
+    def observe(self, raw: bytes) -> Iterator[Observation]:
         """``(hw_id, time_ns, device reading, process key, process reading)`` for every GPU
         or process resource with usage metrics, once per distinct point time."""
+        layout = self.layouts.lookup(raw)
+        if layout is None:
+            return self._parsed(raw)
+        return self._laid_out(layout, raw)
+
+    def _parsed(self, raw: bytes) -> Iterator[Observation]:
+        """The general way: one parse of the usage schema, every metric looked at."""
         request = _REQUEST.FromString(raw)
         for entry in request.entries:
             decision = self._decide(entry.resource)
@@ -175,29 +188,30 @@ class Observer:
                         kind = point.WhichOneof("value")
                         if kind is None:
                             continue
-                        at = values.setdefault(point.time_unix_nano, {})
-                        held = at.get(role)
-                        if held is None or rank < held[0]:
-                            at[role] = (rank, float(getattr(point, kind)) * scale)
+                        _hold(values.setdefault(point.time_unix_nano, {}), role, rank,
+                              float(getattr(point, kind)) * scale)
             for time_ns, roles in values.items():
-                if decision.process is not None:
-                    yield decision.hw_id, time_ns, None, decision.process, ProcessReading(
-                        owner=decision.owner,
-                        utilization=_get(roles, "utilization"),
-                        memory=_get(roles, "memory"),
-                    )
-                else:
-                    memory, limit, free = _get(roles, "memory"), _get(roles, "limit"), _get(roles, "free")
-                    if limit is None and memory is not None and free is not None:
-                        limit = memory + free
-                    yield decision.hw_id, time_ns, DeviceReading(
-                        utilization=_get(roles, "utilization"),
-                        energy_j=_get(roles, "energy"),
-                        memory=memory,
-                        limit=limit,
-                        allocation=decision.allocation,
-                        attributes=decision.attributes,
-                    ), "", None
+                yield _observation(decision, time_ns, {role: value for role, (_, value) in roles.items()})
+
+    def _laid_out(self, layout: Layout, raw: bytes) -> Iterator[Observation]:
+        """A request of a known shape: its numbers read from their offsets."""
+        values, times = layout.read(raw)
+        if times and times.count(times[0]) == len(times) and not layout.untimed:
+            time_ns = times[0]  # one sample time for the whole request, as a probe sends it
+            for decision, roles in layout.resolved:
+                yield _observation(decision, time_ns, {role: values[index] * scale for role, index, scale in roles})
+            return
+        for decision, slots in layout.entries:
+            by_time: dict[int, dict[str, tuple[int, float]]] = {}
+            for slot in slots:
+                time_ns = times[slot.time] if slot.time >= 0 else 0
+                _hold(by_time.setdefault(time_ns, {}), slot.role, slot.rank, values[slot.value] * slot.scale)
+            for time_ns, roles in by_time.items():
+                yield _observation(decision, time_ns, {role: value for role, (_, value) in roles.items()})
+
+    def _layout(self, raw: bytes) -> Layout:
+        return build(raw, decide=self._decide, tasked=_TASKED, general=_general,
+                     wanted=lambda d: _PROCESS_METRICS if d.process is not None else _DEVICE_METRICS)
 
     def _decide(self, raw: bytes) -> _Decision | None:
         try:
@@ -231,6 +245,22 @@ def _general(attributes: Any) -> bool:
     return True
 
 
-def _get(roles: dict[str, tuple[int, float]], role: str) -> float | None:
+def _hold(roles: dict[str, tuple[int, float]], role: str, rank: int, value: float) -> None:
+    """Keep ``value`` for ``role`` unless a source of lower rank already gave one (a GPU that
+    reports both ``hw.*`` and ``DCGM_FI_*`` counts the first)."""
     held = roles.get(role)
-    return held[1] if held is not None else None
+    if held is None or rank < held[0]:
+        roles[role] = (rank, value)
+
+
+def _observation(decision: _Decision, time_ns: int, roles: dict[str, float]) -> Observation:
+    if decision.process is not None:
+        return decision.hw_id, time_ns, None, decision.process, ProcessReading(
+            decision.owner, roles.get("utilization"), roles.get("memory"))
+    memory, limit = roles.get("memory"), roles.get("limit")
+    if limit is None and memory is not None:
+        free = roles.get("free")
+        if free is not None:
+            limit = memory + free
+    return decision.hw_id, time_ns, DeviceReading(
+        roles.get("utilization"), roles.get("energy"), memory, limit, decision.allocation, decision.attributes), "", None

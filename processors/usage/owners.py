@@ -11,18 +11,18 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .config import OwnerRule
 
-__all__ = ["UNALLOCATED", "UNATTRIBUTED", "Owner", "OwnerRules", "Value"]
+__all__ = ["UNALLOCATED", "UNATTRIBUTED", "Owner", "OwnerRules", "Value", "owner"]
 
 Value = str | int | float | bool
 
 
-@dataclass(frozen=True, slots=True)
-class Owner:
+class Owner(NamedTuple):
+    """A tuple, so that hashing it (several times per GPU sample) runs in C."""
+
     kind: str
     id: str
 
@@ -32,6 +32,14 @@ class Owner:
 
 UNALLOCATED = Owner("unallocated", "unallocated")
 UNATTRIBUTED = Owner("unattributed", "unattributed")
+_RESERVED = {UNALLOCATED: UNALLOCATED, UNATTRIBUTED: UNATTRIBUTED}
+
+
+def owner(kind: str, owner_id: str) -> Owner:
+    """The owner ``(kind, owner_id)``: the reserved ones as their single instances (compared by identity)."""
+    named = Owner(kind, owner_id)
+    return _RESERVED.get(named, named)
+
 
 Named = tuple[Owner, tuple[tuple[str, Value], ...]]
 """An owner and the attributes it was seen with (its key and carried attributes)."""

@@ -191,7 +191,19 @@ class UsageCollector(Collector):
             "gputally_usage_events_dropped", "Events not sent: no logs pipeline lists the processor, or the queue was full.",
             labels=["processor"],
         )
+        reads = CounterMetricFamily(
+            "gputally_usage_requests_read",
+            "Requests read for usage: through a cached layout (numbers at known offsets), or the general way "
+            "(a parse; a new or changing request shape, or no room left for layouts).",
+            labels=["processor", "way"],
+        )
+        layout_bytes = GaugeMetricFamily("gputally_usage_layout_bytes", "Bytes held by cached request layouts.",
+                                         labels=["processor"])
         for name, runtime in sorted(self._runtimes.items()):
+            layouts = runtime.observer.layouts
+            reads.add_metric([name, "layout"], layouts.hits)
+            reads.add_metric([name, "general"], layouts.requests - layouts.hits)
+            layout_bytes.add_metric([name], layouts.held)
             ledger = runtime.ledger
             owners.add_metric([name], len(ledger.owners))
             gpus.add_metric([name], len(ledger.devices))
@@ -201,7 +213,7 @@ class UsageCollector(Collector):
             for event, count in sorted(runtime.event_counts.items()):
                 events.add_metric([name, event], count)
             dropped.add_metric([name], runtime.events_dropped)
-        yield from (owners, gpus, samples, evicted, events, dropped)
+        yield from (owners, gpus, samples, evicted, events, dropped, reads, layout_bytes)
 
 
 class _Share:

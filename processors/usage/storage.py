@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .ledger import Account, Device, Ledger, OwnerState
-from .owners import Owner
+from .owners import Owner, owner
 
 __all__ = ["LedgerFile"]
 
@@ -28,7 +28,7 @@ _ACCOUNT_FIELDS = tuple(f.name for f in fields(Account))
 
 
 def _owner(pair: list[str]) -> Owner:
-    return Owner(str(pair[0]), str(pair[1]))
+    return owner(str(pair[0]), str(pair[1]))
 
 
 def _pairs(attributes: Any) -> tuple[tuple[str, Any], ...]:
@@ -89,7 +89,7 @@ class LedgerFile:
                     unobserved=float(d["unobserved"]), announced=bool(d.get("announced", False)),
                 )
                 for kind, owner_id, account in d["accounts"]:
-                    device.accounts[Owner(kind, owner_id)] = Account(**{k: account[k] for k in _ACCOUNT_FIELDS
+                    device.accounts[_owner([kind, owner_id])] = Account(**{k: account[k] for k in _ACCOUNT_FIELDS
                                                                          if k in account})
                 devices[str(hw_id)] = device
             owners = {

@@ -110,6 +110,12 @@ async def test_without_a_logs_pipeline_events_are_counted_not_kept(
     assert registry.get_sample_value("gputally_usage_events_dropped_total", {"processor": "usage/x"}) == every
     assert registry.get_sample_value("gputally_usage_owners", {"processor": "usage/x"}) == 3
     assert metrics.runtime.events == []
+    # The recording's requests have two shapes (before and after the notebook stops): after each
+    # one's first two sightings, its requests are read through its layout.
+    read = {way: registry.get_sample_value("gputally_usage_requests_read_total", {"processor": "usage/x", "way": way})
+            for way in ("layout", "general")}
+    assert read["layout"] and read["general"] and read["layout"] + read["general"] == len(requests)
+    assert registry.get_sample_value("gputally_usage_layout_bytes", {"processor": "usage/x"}) > 0
 
 
 def test_a_restart_with_storage_continues_the_counters(requests: list[Any], tmp_path: Path) -> None:

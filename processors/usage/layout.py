@@ -1,0 +1,419 @@
+"""Where a request's usage numbers sit, found once per request shape and reused.
+
+A probe sends the same request every cycle but for its numbers: in OTLP every data point's
+time and value are fixed-width fields (``fixed64``, ``double``, ``sfixed64``), so from one
+cycle to the next only those bytes change. A :class:`Layout` is built from one request by
+walking its wire format: the offsets of the numbers usage reads, and a *skeleton*: the
+request's bytes with every fixed-width number of every data point blanked out. A later
+request with the same skeleton (checked exactly, by one big-integer mask and compare over
+all its bytes) has the same resources, metrics, attributes and encodings, so its numbers are
+read straight from their offsets with one ``struct`` call, with no parse at all.
+
+Anything a layout can't prove the same (another length, a new process, a varint that
+changed, a field written twice) misses, and the caller reads that request the general way.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.proto.metrics.v1.metrics_pb2 import NumberDataPoint
+
+__all__ = ["Layout", "Slot", "build"]
+
+# Field numbers: opentelemetry/proto/collector/metrics/v1/metrics_service.proto and metrics/v1/metrics.proto.
+_REQUEST_RESOURCE_METRICS = 1
+_RM_RESOURCE, _RM_SCOPE_METRICS = 1, 2
+_SM_METRICS = 2
+_METRIC_NAME = 1
+_GAUGE, _SUM, _HISTOGRAM, _EXPONENTIAL_HISTOGRAM, _SUMMARY = 5, 7, 9, 10, 11
+_DATA_POINTS = 1
+_NDP_START, _NDP_TIME, _NDP_DOUBLE, _NDP_INT = 2, 3, 4, 6
+_HDP_PACKED = frozenset({6, 7})  # bucket_counts (fixed64), explicit_bounds (double): packed, fixed-width
+_SUMMARY_QUANTILES = 6
+
+_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
+
+
+class Malformed(ValueError):
+    """The bytes are not a request this reader can prove a layout for."""
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One wanted number point: which role it plays, and where its value and time are read."""
+
+    role: str
+    scale: float
+    rank: int
+    value: int
+    """Index into the layout's unpacked values."""
+    time: int
+    """Index into the layout's unpacked times; -1: the point carries no time (0)."""
+
+
+@dataclass(slots=True)
+class Layout:
+    """One request shape: its skeleton, and the offsets of the numbers usage reads."""
+
+    mask: int
+    skeleton: int
+    values: struct.Struct
+    times: struct.Struct
+    entries: tuple[tuple[object, tuple[Slot, ...]], ...]
+    """(decision, wanted points) per resource the caller wants, in request order."""
+    size: int
+    resolved: tuple[tuple[object, tuple[tuple[str, int, float], ...]], ...] = ()
+    """Per entry, the one point of each role that counts when all points share one time:
+    ``(role, value index, scale)``, the lowest rank first seen winning."""
+    untimed: bool = False
+    """Some wanted point carries no time: always read point by point."""
+    hits: int = 0
+
+    def matches(self, raw: bytes) -> bool:
+        """Whether ``raw`` has exactly this skeleton (every byte but the blanked numbers)."""
+        return len(raw) == self.size and int.from_bytes(raw, "little") & self.mask == self.skeleton
+
+    def read(self, raw: bytes) -> tuple[tuple[float | int, ...], tuple[int, ...]]:
+        """The wanted values and times of a request that :meth:`matches`."""
+        return self.values.unpack_from(raw), self.times.unpack_from(raw)
+
+    @property
+    def footprint(self) -> int:
+        """Bytes held (the two big integers dominate)."""
+        return 2 * self.size + 64 * sum(len(slots) for _, slots in self.entries) + 512
+
+
+def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= end:
+            raise Malformed("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise Malformed("varint too long")
+
+
+def _fields(buf: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """``(field number, wire type, value start, value end)`` of each field in ``buf[pos:end]``."""
+    while pos < end:
+        key, pos = _varint(buf, pos, end)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise Malformed("field number 0")
+        if wire == _VARINT:
+            start = pos
+            _, pos = _varint(buf, pos, end)
+        elif wire == _I64:
+            start, pos = pos, pos + 8
+        elif wire == _LEN:
+            length, start = _varint(buf, pos, end)
+            pos = start + length
+        elif wire == _I32:
+            start, pos = pos, pos + 4
+        else:
+            raise Malformed(f"wire type {wire}")
+        if pos > end:
+            raise Malformed("field runs past its message")
+        yield number, wire, start, pos
+
+
+def _once(seen: set[int], number: int) -> None:
+    """A singular field written twice is merged or overridden by protobuf: not proven here."""
+    if number in seen:
+        raise Malformed(f"field {number} written twice")
+    seen.add(number)
+
+
+class _Builder:
+    def __init__(
+        self,
+        raw: bytes,
+        decide: Callable[[bytes], object | None],
+        wanted: Callable[[object], dict[str, tuple[str, float, int]]],
+        tasked: frozenset[str],
+        general: Callable[[Any], bool],
+    ) -> None:
+        self.raw = raw
+        self.decide = decide
+        self.wanted = wanted
+        self.tasked = tasked
+        self.general = general
+        self.blanks: list[tuple[int, int]] = []
+        self.value_format: list[tuple[int, str]] = []
+        self.time_offsets: list[int] = []
+        self.entries: list[tuple[object, tuple[Slot, ...]]] = []
+
+    def build(self) -> Layout:
+        raw = self.raw
+        for number, wire, start, end in _fields(raw, 0, len(raw)):
+            if number == _REQUEST_RESOURCE_METRICS:
+                self._expect(wire, _LEN)
+                self._resource_metrics(start, end)
+        mask = bytearray(b"\xff" * len(raw))
+        for start, end in self.blanks:
+            mask[start:end] = bytes(end - start)
+        mask_int = int.from_bytes(mask, "little")
+        return Layout(
+            mask=mask_int,
+            skeleton=int.from_bytes(raw, "little") & mask_int,
+            values=_struct(self.value_format),
+            times=_struct([(offset, "Q") for offset in self.time_offsets]),
+            entries=tuple(self.entries),
+            size=len(raw),
+            resolved=tuple((decision, _resolve(slots)) for decision, slots in self.entries if slots),
+            untimed=any(slot.time < 0 for _, slots in self.entries for slot in slots),
+        )
+
+    @staticmethod
+    def _expect(wire: int, want: int) -> None:
+        if wire != want:
+            raise Malformed(f"wire type {wire} where {want} belongs")
+
+    def _resource_metrics(self, pos: int, end: int) -> None:
+        resource = b""
+        seen: set[int] = set()
+        scopes: list[tuple[int, int]] = []
+        for number, wire, start, stop in _fields(self.raw, pos, end):
+            if number == _RM_RESOURCE:
+                self._expect(wire, _LEN)
+                _once(seen, number)
+                resource = self.raw[start:stop]
+            elif number == _RM_SCOPE_METRICS:
+                self._expect(wire, _LEN)
+                scopes.append((start, stop))
+        decision = self.decide(resource)
+        table = self.wanted(decision) if decision is not None else {}
+        slots: list[Slot] = []
+        for start, stop in scopes:
+            for number, wire, m_start, m_stop in _fields(self.raw, start, stop):
+                if number == _SM_METRICS:
+                    self._expect(wire, _LEN)
+                    self._metric(m_start, m_stop, table, slots)
+        if decision is not None:
+            self.entries.append((decision, tuple(slots)))
+
+    def _metric(self, pos: int, end: int, table: dict[str, tuple[str, float, int]], slots: list[Slot]) -> None:
+        name = ""
+        data: tuple[int, int, int] | None = None
+        seen: set[int] = set()
+        for number, wire, start, stop in _fields(self.raw, pos, end):
+            if number == _METRIC_NAME:
+                self._expect(wire, _LEN)
+                _once(seen, number)
+                name = self.raw[start:stop].decode("utf-8", "surrogateescape")
+            elif number in (_GAUGE, _SUM, _HISTOGRAM, _EXPONENTIAL_HISTOGRAM, _SUMMARY):
+                self._expect(wire, _LEN)
+                if data is not None:
+                    raise Malformed("a metric with two data fields")
+                data = (number, start, stop)
+        if data is None:
+            return
+        kind, start, stop = data
+        spec = table.get(name) if kind in (_GAUGE, _SUM) else None
+        for number, wire, p_start, p_stop in _fields(self.raw, start, stop):
+            if number != _DATA_POINTS:
+                continue
+            self._expect(wire, _LEN)
+            if kind in (_GAUGE, _SUM):
+                self._number_point(p_start, p_stop, spec, name in self.tasked, slots)
+            elif kind == _SUMMARY:
+                self._blank_fixed(p_start, p_stop, nested=_SUMMARY_QUANTILES)
+            else:  # histograms: fixed-width fields and packed arrays blanked; varints stay (and miss if they change)
+                self._blank_fixed(p_start, p_stop, packed=_HDP_PACKED)
+
+    def _number_point(
+        self, pos: int, end: int, spec: tuple[str, float, int] | None, tasked: bool, slots: list[Slot]
+    ) -> None:
+        seen: set[int] = set()
+        time_at = value_at = -1
+        value_code = ""
+        for number, wire, start, stop in _fields(self.raw, pos, end):
+            if number in (_NDP_START, _NDP_TIME, _NDP_DOUBLE, _NDP_INT):
+                self._expect(wire, _I64)
+                _once(seen, number if number in (_NDP_START, _NDP_TIME) else _NDP_DOUBLE)  # one oneof value
+                self.blanks.append((start, stop))
+                if number == _NDP_TIME:
+                    time_at = start
+                elif number != _NDP_START:
+                    value_at, value_code = start, ("d" if number == _NDP_DOUBLE else "q")
+            elif wire in (_I64, _I32):
+                self.blanks.append((start, stop))  # a field newer than this reader: its numbers may change
+        if spec is None or value_at < 0:
+            return
+        if tasked and not self.general(NumberDataPoint.FromString(self.raw[pos:end]).attributes):
+            return
+        role, scale, rank = spec
+        if time_at >= 0:
+            self.time_offsets.append(time_at)
+        self.value_format.append((value_at, value_code))
+        slots.append(Slot(role, scale, rank, len(self.value_format) - 1, len(self.time_offsets) - 1 if time_at >= 0 else -1))
+
+    def _blank_fixed(self, pos: int, end: int, *, packed: frozenset[int] = frozenset(), nested: int = 0) -> None:
+        for number, wire, start, stop in _fields(self.raw, pos, end):
+            if wire in (_I64, _I32) or (wire == _LEN and number in packed):
+                self.blanks.append((start, stop))
+            elif wire == _LEN and number == nested:
+                self._blank_fixed(start, stop)
+
+
+def _resolve(slots: tuple[Slot, ...]) -> tuple[tuple[str, int, float], ...]:
+    best: dict[str, Slot] = {}
+    for slot in slots:
+        held = best.get(slot.role)
+        if held is None or slot.rank < held.rank:
+            best[slot.role] = slot
+    return tuple((slot.role, slot.value, slot.scale) for slot in best.values())
+
+
+def _struct(fields: list[tuple[int, str]]) -> struct.Struct:
+    """One little-endian struct reading ``fields`` (offset, code) in offset order, skipping the rest."""
+    parts: list[str] = []
+    at = 0
+    for offset, code in fields:
+        if offset < at:
+            raise Malformed("overlapping numbers")
+        if offset > at:
+            parts.append(f"{offset - at}x")
+        parts.append(code)
+        at = offset + 8
+    return struct.Struct("<" + "".join(parts))
+
+
+def build(
+    raw: bytes,
+    *,
+    decide: Callable[[bytes], object | None],
+    wanted: Callable[[object], dict[str, tuple[str, float, int]]],
+    tasked: frozenset[str],
+    general: Callable[[Any], bool],
+) -> Layout:
+    """The layout of ``raw``: ``decide`` names each resource (None: not wanted), ``wanted`` gives a
+    decision's metric table (name -> role, scale, rank), points of ``tasked`` metrics count only
+    when ``general`` says so. Raises :class:`Malformed` where protobuf's own reading could differ."""
+    return _Builder(raw, decide, wanted, tasked, general).build()
+
+
+
+
+def _first_resource(raw: bytes) -> bytes:
+    """The first resource's bytes, when the request starts with one (as every encoder writes
+    it): with the length, the cache key of a request's shape. It names a node's first GPU and
+    host, and holds no number that changes from cycle to cycle."""
+    try:
+        if raw[:1] == b"\x0a":
+            _, pos = _varint(raw, 1, len(raw))
+            if raw[pos:pos + 1] == b"\x0a":
+                length, pos = _varint(raw, pos + 1, len(raw))
+                return raw[pos:pos + length]
+    except Malformed:
+        pass
+    return b""
+_SWEEP_EVERY = 1024
+_UNSTABLE_FOR = 256
+_MAX_KEYS = 65_536
+
+
+class Layouts:
+    """Layouts by request shape, within a byte budget.
+
+    A shape is built on its second sighting (a request seen once is read the general way: a
+    build costs several general reads). A layout that misses before it ever hit is of a shape
+    that keeps changing (a varint that counts, an exemplar): that shape is read the general way
+    for the next 256 of its requests before another try. When the budget is spent, no layout is
+    added until a sweep (at most every 1,024 requests) drops the ones unused since the last;
+    layouts in use are never pushed out by newcomers, so a fleet larger than the budget reads
+    its overflow the general way instead of rebuilding in turn.
+    """
+
+    def __init__(self, build: Callable[[bytes], Layout], *, budget: int = 32 << 20) -> None:
+        self._build = build
+        self._budget = budget
+        self._held = 0
+        self._entries: dict[tuple[int, int], Layout | int] = {}
+        """A layout, or an int: its sightings (> 0), or the requests left before a retry (< 0)."""
+        self._used: set[tuple[int, int]] = set()
+        self._requests = 0
+        self._last_sweep = 0
+        self.builds = 0
+        self.hits = 0
+
+    def lookup(self, raw: bytes) -> Layout | None:
+        """The layout ``raw`` matches (built now if its time has come), or None: read it the general way."""
+        self._requests += 1
+        key = (len(raw), hash(_first_resource(raw)))
+        entry = self._entries.get(key)
+        if isinstance(entry, Layout):
+            if entry.matches(raw):
+                entry.hits += 1
+                self.hits += 1
+                self._used.add(key)
+                return entry
+            self._forget(key, entry)
+            if entry.hits == 0:
+                self._entries[key] = -_UNSTABLE_FOR
+                return None
+        elif entry is None:
+            if len(self._entries) >= _MAX_KEYS:
+                self._sweep(force=True)
+            self._entries[key] = 1
+            return None
+        elif entry < 0:
+            self._entries[key] = entry + 1
+            return None
+        return self._admit(key, raw)
+
+    def _admit(self, key: tuple[int, int], raw: bytes) -> Layout | None:
+        if self._held + 2 * len(raw) > self._budget and not self._sweep():
+            self._entries[key] = 1
+            return None
+        try:
+            layout = self._build(raw)
+        except Malformed:
+            self._entries[key] = -_UNSTABLE_FOR
+            return None
+        self.builds += 1
+        if self._held + layout.footprint > self._budget:  # more slots than estimated: read, not kept
+            self._entries[key] = -_UNSTABLE_FOR
+            return layout
+        self._entries[key] = layout
+        self._held += layout.footprint
+        self._used.add(key)
+        return layout
+
+    def _sweep(self, *, force: bool = False) -> bool:
+        """Drop what was not used since the last sweep; True if room was made."""
+        if not force and self._requests - self._last_sweep < _SWEEP_EVERY:
+            return False
+        self._last_sweep = self._requests
+        held = self._held
+        for key, entry in list(self._entries.items()):
+            if isinstance(entry, Layout):
+                if key not in self._used:
+                    self._forget(key, entry)
+            elif force or key not in self._used:  # sightings are cheap to lose
+                del self._entries[key]
+        self._used = set()
+        return self._held < held
+
+    def _forget(self, key: tuple[int, int], layout: Layout) -> None:
+        self._held -= layout.footprint
+        del self._entries[key]
+
+    @property
+    def held(self) -> int:
+        """Bytes the layouts hold."""
+        return self._held
+
+    @property
+    def requests(self) -> int:
+        """Requests looked up (``hits`` of them read through a layout)."""
+        return self._requests
