@@ -1,4 +1,5 @@
-"""The component contract, the shared runtime of one processor ID, the public API."""
+"""The shared runtime of one processor ID, and degraded without credentials (the component
+contract: tests/processors/test_lifecycle.py)."""
 
 from __future__ import annotations
 
@@ -9,30 +10,15 @@ import pytest
 
 import gputally.processors.k8s as k8s
 from gputally.otlp.batch import Signal
-from gputally.pipeline.component import Processor
 from gputally.processors.k8s.processor import create
 
-from .helpers import context, gpu_resource, metrics_batch
+from .helpers import context
 
 
 @pytest.fixture(autouse=True)
 def no_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-
-
-@pytest.mark.parametrize("signal", list(Signal))
-async def test_lifecycle(signal: Signal) -> None:
-    proc = k8s.factory.create(k8s.factory.parse({"mode": "gateway"}), context(), signal)
-    assert isinstance(proc, Processor)
-    await asyncio.wait_for(proc.shutdown(), 1)  # before start
-    await asyncio.wait_for(proc.start(), 1)
-    if signal is Signal.METRICS:
-        out = await proc.process(metrics_batch(gpu_resource()))
-        assert out is not None and out.items == 3
-    await asyncio.wait_for(proc.shutdown(), 6)
-    await asyncio.wait_for(proc.shutdown(), 1)
-    assert await proc.flush() is None
 
 
 async def test_pipelines_of_one_processor_id_share_one_runtime_started_once() -> None:
@@ -67,8 +53,3 @@ async def test_degraded_says_why_without_credentials() -> None:
         await proc.shutdown()
 
 
-def test_public_api_is_pinned() -> None:
-    assert sorted(k8s.__all__) == [
-        "ExtractConfig", "K8sConfig", "K8sProcessor", "PodResourcesConfig", "WatchConfig", "device_key", "factory",
-    ]
-    assert k8s.factory.type_name == "k8s" and k8s.factory.signals == frozenset(Signal)

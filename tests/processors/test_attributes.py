@@ -329,11 +329,3 @@ def test_value_types_survive_validation() -> None:
         {"actions": [{"key": "k", "action": "insert", "value": v} for v in ("1", 1, 1.0, True)]}
     )
     assert [type(a.value) for a in config.actions] == [str, int, float, bool]
-
-
-async def test_lifecycle() -> None:
-    proc = processor(Signal.METRICS, action("insert"))
-    await proc.shutdown()  # before start
-    await proc.start()
-    await proc.shutdown()
-    await proc.shutdown()

@@ -342,16 +342,10 @@ def test_invalid_config(section: dict[str, Any], location: tuple[Any, ...], mess
     assert location in {tuple(e["loc"]) for e in caught.value.errors()}
 
 
-def test_strict_names_are_not_patterns() -> None:
-    config = FilterConfig.model_validate(
-        {"metrics": {"include": {"match_type": "strict", "metric_names": ["gpu.(util"]}}}
-    )
-    assert config.metrics.include is not None
-
-
-async def test_lifecycle() -> None:
-    proc = processor(Signal.LOGS, {})
-    await proc.shutdown()  # before start
-    await proc.start()
-    await proc.shutdown()
-    await proc.shutdown()
+async def test_strict_names_are_not_patterns() -> None:
+    """Not compiled (``gpu.(util`` is no valid pattern) and matched whole: ``.`` is a dot."""
+    section = {"metrics": {"include": {"match_type": "strict", "metric_names": ["gpu.(util"]}}}
+    assert FilterConfig.model_validate(section).metrics.include.metric_names == ["gpu.(util"]
+    names = ["gpu.(util", "gpuX(util", "gpu.(utilization"]
+    out = await run(Signal.METRICS, section, metrics_batch(resource_metrics({}, [metric("gauge", n, [{}]) for n in names])))
+    assert out is not None and metric_names(out) == ["gpu.(util"]
