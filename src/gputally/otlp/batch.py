@@ -12,6 +12,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from gputally.errors import InvalidRequest
 from gputally.otlp.census import Census, census_logs, census_metrics, census_traces
+from gputally.otlp.checked import checked_census
 from gputally.otlp.signals import SIGNALS, Signal
 
 __all__ = ["Batch", "Request", "Signal"]
@@ -60,18 +61,18 @@ class Batch:
 
     @classmethod
     def decode(cls, signal: Signal, raw: bytes) -> Batch:
-        """Parse and count a request as received; undecodable bytes raise InvalidRequest.
+        """Check and count a request as received; undecodable bytes raise InvalidRequest.
 
+        The check is a parse (:mod:`gputally.otlp.checked`) that keeps no tree: a stage that
+        reads the message parses it then, and a request no stage reads is never decoded.
         Metrics without a name break the OTLP data model: they are removed here and their
         points reported as rejected.
         """
-        message = SIGNALS[signal].request()
         try:
-            message.ParseFromString(raw)
-            census = _CENSUS[signal](raw)
+            census = checked_census(signal, raw)
         except DecodeError as exc:
             raise InvalidRequest(f"cannot decode OTLP {signal} request: {exc}") from exc
-        batch = cls(signal, message=message, raw=raw, items=census.items)
+        batch = cls(signal, raw=raw, items=census.items)
         if census.nameless_metrics:
             batch._drop_nameless_metrics()
         return batch
@@ -132,13 +133,16 @@ class Batch:
         self.rejection = reason if not self.rejection else f"{self.rejection}; {reason}"
 
     def _drop_nameless_metrics(self) -> None:
+        scopes = [scope for resource in self.message.resource_metrics for scope in resource.scope_metrics
+                  if not all(m.name for m in scope.metrics)]
+        if not scopes:
+            return  # the census's count was off (a name sent twice), not a nameless metric
+        self.mutable()
         before = self.items
-        for resource in self.mutable().resource_metrics:
-            for scope in resource.scope_metrics:
-                keep = [m for m in scope.metrics if m.name]
-                if len(keep) != len(scope.metrics):
-                    del scope.metrics[:]
-                    scope.metrics.extend(keep)
+        for scope in scopes:
+            keep = [m for m in scope.metrics if m.name]
+            del scope.metrics[:]
+            scope.metrics.extend(keep)
         self.recount()
         self.reject(before - self.items, "metrics without a name are invalid")
 

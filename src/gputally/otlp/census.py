@@ -16,7 +16,7 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-__all__ = ["Census", "census_logs", "census_metrics", "census_traces"]
+__all__ = ["Census", "census_logs", "census_metrics", "census_traces", "metric_count"]
 
 _PACKAGE = "gputally.census"
 _OPTIONAL = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
@@ -93,8 +93,12 @@ def census_metrics(raw: bytes) -> Census:
     """Count data points and nameless metrics. Raises ``google.protobuf.message.DecodeError``."""
     metric = _METRICS.FromString(raw).resource_metrics.scope_metrics.metrics
     points = sum(len(getattr(metric, kind).data_points) for kind in _METRIC_DATA_FIELDS)
-    total = len(_METRIC_LIST.FromString(raw).resource_metrics.scope_metrics.metrics)
-    return Census(points, total - len(metric.name))
+    return Census(points, metric_count(raw) - len(metric.name))
+
+
+def metric_count(raw: bytes) -> int:
+    """How many metric messages a metrics request holds (named or not)."""
+    return len(_METRIC_LIST.FromString(raw).resource_metrics.scope_metrics.metrics)
 
 
 def census_logs(raw: bytes) -> Census:
