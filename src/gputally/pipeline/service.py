@@ -19,7 +19,6 @@ from gputally.pipeline.component import (
     ComponentContext,
     Consumer,
     Exporter,
-    Processor,
     Receiver,
     SharedComponents,
 )
@@ -54,7 +53,6 @@ class Service:
         }
         """The ``bearertokenauth`` extensions by ID (the admin endpoint uses them too)."""
         self._shared = SharedComponents()
-        self._processors: list[Processor] = []
         self.exporters = self._build_exporters()
         self.pipelines = self._build_pipelines()
         self.receivers = self._build_receivers(reuse_port=reuse_port)
@@ -103,7 +101,6 @@ class Service:
             component = self.config.processors[processor_id]
             factory = component.factory
             processor = _create(factory.create, component.config, self._context(processor_id), signal)
-            self._processors.append(processor)
             metrics = self.telemetry.for_processor(processor_id)
             stages.append(Stage(processor_id, processor, metrics, mutates_data=factory.mutates_data))
         exporters = [(e, self.exporters[e]) for e in pipeline_config.exporters]
@@ -175,7 +172,7 @@ class Service:
         """Start everything, exporters first; on a failure, stop what started and re-raise."""
         order: list[Component | Pipeline] = [
             *self.exporters.values(),
-            *self._processors,
+            *(stage.processor for pipeline in self.pipelines.values() for stage in pipeline.stages),
             *self.pipelines.values(),
             *self.receivers.values(),
         ]
