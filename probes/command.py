@@ -9,13 +9,24 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
+
+from gputally.errors import GputallyError
+from gputally.probes.procfacts import ProcessInfoSource
 
 if TYPE_CHECKING:
     from gputally.probes.collector import Collector
 
-__all__ = ["add_probe_arguments", "add_probe_parser", "epilog", "node_name_of", "probe_interval", "run_collector"]
+__all__ = [
+    "add_probe_arguments", "add_probe_parser", "both", "epilog", "node_name_of", "open_sources", "probe_interval",
+    "run_collector",
+]
+
+S = TypeVar("S")
+T = TypeVar("T")
 
 
 def epilog(probe: str, example: str, *, devices: str = "devices") -> str:
@@ -107,6 +118,40 @@ def probe_interval(args: argparse.Namespace) -> float:
     except ValueError as exc:
         raise ConfigError(f"--summary-every: {exc}") from exc
     return interval
+
+
+def open_sources(
+    args: argparse.Namespace,
+    *,
+    replay: Callable[[Path], tuple[S, ProcessInfoSource]],
+    live: Callable[[], tuple[S, ProcessInfoSource]],
+    record: Callable[[S, ProcessInfoSource, Path], tuple[S, ProcessInfoSource]],
+) -> tuple[S, ProcessInfoSource, str] | int:
+    """A probe's device and /proc sources from ``--replay`` / live / ``--record``, and the debug
+    dump's title; or the exit status (2: no recording, 1: the vendor stack is unusable) once the
+    reason is on stderr."""
+    if args.replay is not None:
+        try:
+            source, processes = replay(args.replay)
+        except (OSError, ValueError) as exc:
+            print(f"gputally: cannot replay {args.replay}: {exc}", file=sys.stderr)
+            return 2
+        title = f"replay of {args.replay.name}"
+    else:
+        try:
+            source, processes = live()
+        except GputallyError as exc:
+            print(f"gputally probe {args.probe}: {exc}", file=sys.stderr)
+            return 1
+        title = "live"
+    if args.record is not None:
+        source, processes = record(source, processes, args.record)
+    return source, processes, title
+
+
+def both(value: T) -> tuple[T, T]:
+    """One object serving as device and /proc source (a replay, a recorder)."""
+    return value, value
 
 
 def node_name_of(args: argparse.Namespace) -> str:

@@ -23,6 +23,7 @@ from gputally.probes.model import AttrValue, Cycle, Entity, LogEntry, Point, Sev
 from gputally.probes.procfacts import ProcessInfoSource
 from gputally.probes.snapshot import DeviceReading, Mapper, SnapshotSource, VendorUnavailable
 from gputally.probes.status import status_points
+from gputally.util.once import Once
 
 __all__ = ["SnapshotCollector"]
 
@@ -56,13 +57,7 @@ class SnapshotCollector:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"gputally-{vendor}")
         self._driver: dict[str, Any] | None = None
         self._pending: asyncio.Future[Any] | None = None
-        self._logged: set[str] = set()
-
-    def _once(self, key: str) -> bool:
-        if key in self._logged:
-            return False
-        self._logged.add(key)
-        return True
+        self._once: Once[str] = Once()
 
     def _read(self) -> dict[str, Any]:
         if self._driver is None:
@@ -79,23 +74,23 @@ class SnapshotCollector:
         try:
             snapshot = await asyncio.wait_for(asyncio.shield(self._pending), timeout=self._budget_s)
         except TimeoutError:
-            if self._once("slow"):
+            if self._once.first("slow"):
                 log.warning("%s: reading took over %g s; skipping cycles until it returns", self._vendor, self._budget_s)
             return Cycle(now, time.perf_counter() - started, [], [], [f"{self._vendor}: reads took over {self._budget_s:g} s; skipped"])
         except VendorUnavailable as exc:
             self._driver = None
-            if self._once(f"unavailable:{exc}"):
+            if self._once.first(f"unavailable:{exc}"):
                 log.error("%s unavailable: %s", self._vendor, exc)
             return Cycle(now, time.perf_counter() - started, [], [], [str(exc)])
         duration = time.perf_counter() - started
         try:
             devices = self._mapper(snapshot, self._driver or {})
         except VendorUnavailable as exc:  # a recorded tool failure (timeout, exit status) in the snapshot
-            if self._once(f"unavailable:{exc}"):
+            if self._once.first(f"unavailable:{exc}"):
                 log.error("%s unavailable: %s", self._vendor, exc)
             return Cycle(now, duration, [], [], [str(exc)])
-        self._logged.discard("slow")
-        self._logged = {k for k in self._logged if not k.startswith("unavailable:")}
+        self._once.forget("slow")
+        self._once.forget_where(lambda key: key.startswith("unavailable:"))
         entities, logs, problems = self._build(devices, now, duration)
         self._counters.stamp(entities, now)
         return Cycle(time_ns=now, duration_s=time.perf_counter() - started, entities=entities, logs=logs,
@@ -113,7 +108,7 @@ class SnapshotCollector:
             entities.append(entity)
             for problem in device.problems:
                 problems.append(f"{entity.label}: {problem}")
-                if self._once(f"{device.hw_id}:{problem}"):
+                if self._once.first(f"{device.hw_id}:{problem}"):
                     log.warning("%s %s: %s", self._vendor, entity.label, problem)
             for process in device.processes:
                 attributes: dict[str, AttrValue] = {

@@ -8,11 +8,9 @@ FILE --once --debug`` works on any laptop.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 
-from gputally.probes.command import node_name_of, run_collector
-from gputally.probes.procfacts import ProcessInfoSource
+from gputally.probes.command import both, node_name_of, open_sources, run_collector
 from gputally.probes.snapshot import Mapper, SnapshotSource
 
 __all__ = ["LiveSource", "run_snapshot_probe"]
@@ -26,29 +24,19 @@ async def run_snapshot_probe(
 ) -> int:
     """A snapshot vendor's probe from parsed options; ``fmt`` names its recording format."""
     from gputally.probes.hints import ProcFs
-    from gputally.probes.snapshot import VendorUnavailable
     from gputally.probes.snapshot_collector import SnapshotCollector
     from gputally.probes.snapshot_replay import SnapshotRecorder, SnapshotReplay
 
     budget = min(5.0, interval * 0.8)
-    source: SnapshotSource
-    processes: ProcessInfoSource
-    if args.replay is not None:
-        try:
-            source = processes = SnapshotReplay.from_file(args.replay)
-        except (OSError, ValueError) as exc:
-            print(f"gputally: cannot replay {args.replay}: {exc}", file=sys.stderr)
-            return 2
-        title = f"replay of {args.replay.name}"
-    else:
-        try:
-            source, processes = live(args, budget), ProcFs(args.proc_root)
-        except VendorUnavailable as exc:
-            print(f"gputally probe {vendor}: {exc}", file=sys.stderr)
-            return 1
-        title = "live"
-    if args.record is not None:
-        source = processes = SnapshotRecorder(source, processes, path=args.record, fmt=fmt)
+    opened = open_sources(
+        args,
+        replay=lambda path: both(SnapshotReplay.from_file(path)),
+        live=lambda: (live(args, budget), ProcFs(args.proc_root)),
+        record=lambda source, processes, path: both(SnapshotRecorder(source, processes, path=path, fmt=fmt)),
+    )
+    if isinstance(opened, int):
+        return opened
+    source, processes, title = opened
     collector = SnapshotCollector(source, processes, mapper, node_name=node_name_of(args), vendor=vendor,
                                   budget_s=budget)
     return await run_collector(args, interval, collector, title=title, probe=vendor)

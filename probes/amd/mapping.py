@@ -32,6 +32,10 @@ _VIOLATIONS = {
     "active_hbm_thrm": "hbm_thermal_slowdown",
 }
 _NO_PARTITION = (None, "", "N/A", "SPX", "UNKNOWN")
+_SOCKET_POWER = ("current_socket_power", "socket_power", "average_socket_power")
+"""Where amdsmi versions put the draw (W), first found wins."""
+_ECC_COUNTS = (("correctable_count", "ecc_corrected"), ("uncorrectable_count", "ecc_uncorrected"),
+               ("deferred_count", "ecc_deferred"))
 
 
 def _ok(value: Any) -> Any:
@@ -91,70 +95,97 @@ def _clock_points(points: _Points, dyn: Mapping[str, Any]) -> None:
 
 def _socket_points(points: _Points, static: Mapping[str, Any], dyn: Mapping[str, Any]) -> bool:
     """Board-wide readings (power, energy, temperatures, PCIe, ECC, XGMI, violations); True when degraded."""
+    _power_points(points, static, dyn)
+    _temperature_points(points, static, dyn)
+    _pcie_points(points, dyn)
+    uncorrected = _ecc_points(points, dyn)
+    _xgmi_points(points, dyn)
+    hw_slowdown = _violation_points(points, dyn)
+    return bool(uncorrected) or hw_slowdown
+
+
+def _power_points(points: _Points, static: Mapping[str, Any], dyn: Mapping[str, Any]) -> None:
+    """Draw (the first socket-power key this amdsmi has), the caps (uW) and the energy counter (uJ)."""
     power = _ok(dyn.get("power_info"))
-    watts = None
-    for key in ("current_socket_power", "socket_power", "average_socket_power"):
-        watts = _get(power, key)
-        if watts is not None:
-            break
+    watts = next((w for w in (_get(power, key) for key in _SOCKET_POWER) if w is not None), None)
     points.add(m.POWER, float(watts) if watts is not None else None)
     cap = _ok(static.get("power_cap_info"))
     for key, kind in (("power_cap", "enforced"), ("min_power_cap", "min"), ("max_power_cap", "max")):
-        value = _get(cap, key)
-        points.add(m.POWER_LIMIT, value / 1_000_000 if value is not None else None,
+        microwatts = _get(cap, key)
+        points.add(m.POWER_LIMIT, microwatts / 1_000_000 if microwatts is not None else None,
                    (("gputally.gpu.power.limit_type", kind),))
     energy = _ok(dyn.get("energy_count"))
     accumulator, resolution = _get(energy, "energy_accumulator"), _get(energy, "counter_resolution")
     if accumulator is not None and resolution is not None:
         points.add(m.ENERGY, accumulator * resolution / 1_000_000)
+
+
+def _temperature_points(points: _Points, static: Mapping[str, Any], dyn: Mapping[str, Any]) -> None:
     for sensor, location in TEMPERATURES.items():
         points.add(m.TEMPERATURE, number(_ok((dyn.get("temperature") or {}).get(sensor))),
                    (("hw.sensor_location", location),))
     for sensor, limits in (static.get("temp_limits") or {}).items():
         location = TEMPERATURES.get(sensor)
-        for metric, limit_type in _TEMP_LIMITS.items():
-            if location is not None:
-                points.add(m.TEMPERATURE_LIMIT, number(_ok(limits.get(metric))),
-                           (("hw.sensor_location", location), ("hw.limit_type", limit_type)))
+        if location is None:
+            continue
+        for limit_name, limit_type in _TEMP_LIMITS.items():
+            points.add(m.TEMPERATURE_LIMIT, number(_ok(limits.get(limit_name))),
+                       (("hw.sensor_location", location), ("hw.limit_type", limit_type)))
+
+
+def _pcie_points(points: _Points, dyn: Mapping[str, Any]) -> None:
     pcie = _ok(dyn.get("pcie_info"))
-    if isinstance(pcie, Mapping):
-        metric, fixed = pcie.get("pcie_metric") or {}, pcie.get("pcie_static") or {}
-        points.add(m.PCIE_GENERATION, _generation(metric.get("pcie_speed")))
-        points.add(m.PCIE_WIDTH, _get(metric, "pcie_width"))
-        points.add(m.PCIE_GENERATION_LIMIT, _generation(fixed.get("max_pcie_speed")))
-        points.add(m.PCIE_WIDTH_LIMIT, _get(fixed, "max_pcie_width"))
-        points.add(m.ERRORS, _get(metric, "pcie_replay_count"), (("error.type", "pcie_replay"),))
+    if not isinstance(pcie, Mapping):
+        return
+    link, fixed = pcie.get("pcie_metric") or {}, pcie.get("pcie_static") or {}
+    points.add(m.PCIE_GENERATION, _generation(link.get("pcie_speed")))
+    points.add(m.PCIE_WIDTH, _get(link, "pcie_width"))
+    points.add(m.PCIE_GENERATION_LIMIT, _generation(fixed.get("max_pcie_speed")))
+    points.add(m.PCIE_WIDTH_LIMIT, _get(fixed, "max_pcie_width"))
+    points.add(m.ERRORS, _get(link, "pcie_replay_count"), (("error.type", "pcie_replay"),))
+
+
+def _ecc_points(points: _Points, dyn: Mapping[str, Any]) -> float | int | None:
+    """The board's ECC totals and the per-block counts; returns the uncorrected total."""
     ecc = _ok(dyn.get("ecc_total"))
-    uncorrected = _get(ecc, "uncorrectable_count")
-    for key, kind in (("correctable_count", "ecc_corrected"), ("uncorrectable_count", "ecc_uncorrected"),
-                      ("deferred_count", "ecc_deferred")):
+    for key, kind in _ECC_COUNTS:
         points.add(m.ERRORS, _get(ecc, key), (("error.type", kind),))
     for block, counts in sorted((dyn.get("ecc_blocks") or {}).items()):
-        for key, kind in (("correctable_count", "ecc_corrected"), ("uncorrectable_count", "ecc_uncorrected"),
-                          ("deferred_count", "ecc_deferred")):
+        for key, kind in _ECC_COUNTS:
             points.add(ECC_BLOCK_ERRORS, _get(counts, key),
                        (("error.type", kind), ("gputally.gpu.ecc.block", block.lower())))
+    return _get(ecc, "uncorrectable_count")
+
+
+def _xgmi_points(points: _Points, dyn: Mapping[str, Any]) -> None:
+    """XGMI bytes (KiB accumulators summed over links) and the PCIe throughput (GB/s) from gpu_metrics."""
     metrics = _ok(dyn.get("gpu_metrics"))
-    if isinstance(metrics, Mapping):
-        for key, direction in (("xgmi_read_data_acc", "receive"), ("xgmi_write_data_acc", "transmit")):
-            links = metrics.get(key)
-            if isinstance(links, list):
-                values = [v for v in (number(x) for x in links) if v is not None]
-                if values:
-                    points.add(m.GPU_IO, int(sum(values) * 1024),
-                               (("network.io.direction", direction), ("gputally.gpu.link", "xgmi")))
-        inst = _get(metrics, "pcie_bandwidth_inst")
-        points.add(m.LINK_THROUGHPUT, inst * 1_000_000_000 if inst is not None else None,
-                   (("gputally.gpu.link", "pcie"),))
+    if not isinstance(metrics, Mapping):
+        return
+    for key, direction in (("xgmi_read_data_acc", "receive"), ("xgmi_write_data_acc", "transmit")):
+        links = metrics.get(key)
+        if isinstance(links, list):
+            kibibytes = [v for v in (number(x) for x in links) if v is not None]
+            if kibibytes:
+                points.add(m.GPU_IO, int(sum(kibibytes) * 1024),
+                           (("network.io.direction", direction), ("gputally.gpu.link", "xgmi")))
+    inst = _get(metrics, "pcie_bandwidth_inst")
+    points.add(m.LINK_THROUGHPUT, inst * 1_000_000_000 if inst is not None else None,
+               (("gputally.gpu.link", "pcie"),))
+
+
+def _violation_points(points: _Points, dyn: Mapping[str, Any]) -> bool:
+    """Throttle reasons active now; True when PROCHOT (a hardware slowdown) is among them."""
     violation = _ok(dyn.get("violation_status"))
     hw_slowdown = False
-    if isinstance(violation, Mapping):
-        for key, reason in _VIOLATIONS.items():
-            value = violation.get(key)
-            if isinstance(value, bool) or value in (0, 1):  # "N/A" where the GPU has no such limit
-                points.add(m.CLOCK_THROTTLED, int(bool(value)), (("gputally.gpu.clock.event_reason", reason),))
-                hw_slowdown = hw_slowdown or (key == "active_prochot_thrm" and bool(value))
-    return bool(uncorrected) or hw_slowdown
+    if not isinstance(violation, Mapping):
+        return hw_slowdown
+    for key, reason in _VIOLATIONS.items():
+        active = violation.get(key)
+        if isinstance(active, bool) or active in (0, 1):  # "N/A" where the GPU has no such limit
+            points.add(m.CLOCK_THROTTLED, int(bool(active)), (("gputally.gpu.clock.event_reason", reason),))
+            hw_slowdown = hw_slowdown or (key == "active_prochot_thrm" and bool(active))
+    return hw_slowdown
 
 
 def _bdf(static: Mapping[str, Any]) -> str | None:
@@ -241,83 +272,124 @@ def map_amd(snapshot: Mapping[str, Any], driver: Mapping[str, Any]) -> list[Devi
     fdinfo = snapshot.get("drm_fdinfo") or {}
     out: list[DeviceReading] = []
     for index, members in enumerate(_chips(devices)):
-        members = sorted(members, key=lambda n: _partition_id(devices[n], n))
-        first = devices[members[0]]
-        static, dyn = first.get("static") or {}, first.get("dynamic") or {}
-        uuid = _ok(static.get("uuid"))
-        hw_id = str(uuid) if isinstance(uuid, str) and uuid else f"amdgpu-{_bdf(static) or index}"
-        compute, memory = _ok(static.get("compute_partition")), _ok(static.get("memory_partition"))
-        partitioned = len(members) > 1 or compute not in _NO_PARTITION
-        attributes: dict[str, AttrValue] = {
-            "hw.id": hw_id, "hw.type": "gpu", "hw.vendor": VENDOR, "hw.name": f"amdgpu{index}",
-            "gputally.gpu.index": index, **_identity(static, driver),
-        }
-        if isinstance(compute, str) and compute:
-            attributes["gputally.gpu.partition.compute_mode"] = compute
-        if isinstance(memory, str) and memory:
-            attributes["gputally.gpu.partition.memory_mode"] = memory
-        points = _Points()
-        lost = _lost(dyn)
-        degraded = _socket_points(points, static, dyn) if lost is None else False
-        gpu = DeviceReading(hw_id=hw_id, attributes=attributes, points=points,
-                            label=f"{index} ({attributes.get('hw.model', hw_id)})",
-                            body={"index": index, "uuid": hw_id, "static": dict(static), "dynamic": dict(dyn),
-                                  "errors": _errors(first)})
-        if lost is not None:
-            gpu.state, gpu.problems = "failed", [f"amdsmi cannot read the GPU: {lost}"]
-        elif degraded:
-            gpu.state = "degraded"
+        chip = [devices[n] for n in sorted(members, key=lambda n: _partition_id(devices[n], n))]
+        gpu = _gpu_reading(index, chip[0], driver)
         out.append(gpu)
-        if not partitioned:
-            _utilization_points(points, dyn)
-            _memory_points(points, *_memory(dyn))
-            _clock_points(points, dyn)
-            gpu.processes = _processes(dyn, _bdf(static), fdinfo)
-            continue
-        gpu.body["partitions"] = []
-        used_sum = total_sum = 0
-        busy: list[float] = []
-        for position, n in enumerate(members):
-            device = devices[n]
-            pid_ = _partition_id(device, position)
-            p_static, p_dyn = device.get("static") or {}, device.get("dynamic") or {}
-            p_id = f"{hw_id}/p{pid_}"
-            p_points = _Points()
-            _utilization_points(p_points, p_dyn)
-            used, total = _memory(p_dyn)
-            _memory_points(p_points, used, total)
-            _clock_points(p_points, p_dyn)
-            used_sum += used or 0
-            total_sum += total or 0
-            gfx = _ratio((_ok(p_dyn.get("activity")) or {}).get("gfx_activity"))
-            if gfx is not None:
-                busy.append(gfx)
-            p_uuid = _ok(p_static.get("uuid"))
-            p_attrs: dict[str, AttrValue] = {
-                "hw.id": p_id, "hw.parent": hw_id, "hw.type": "gpu", "hw.vendor": VENDOR,
-                "hw.name": f"amdgpu{index}/p{pid_}", "gputally.gpu.index": index,
-                "gputally.gpu.partition.id": pid_,
-            }
-            if isinstance(p_uuid, str) and p_uuid:
-                p_attrs["gputally.gpu.partition.uuid"] = p_uuid
-            for key in ("hw.model", "hw.driver_version", "hw.serial_number", "gputally.gpu.pci.bus_id",
-                        "gputally.gpu.partition.compute_mode", "gputally.gpu.partition.memory_mode"):
-                if key in attributes:
-                    p_attrs[key] = attributes[key]
-            if _bdf(p_static):
-                p_attrs["gputally.gpu.pci.bus_id"] = _bdf(p_static)  # type: ignore[assignment]
-            part = DeviceReading(
-                hw_id=p_id, attributes=p_attrs, points=p_points, label=f"{index} partition {pid_}",
-                processes=_processes(p_dyn, _bdf(p_static), fdinfo),
-                body={"index": index, "partition": pid_, "uuid": p_id, "static": dict(p_static),
-                      "dynamic": dict(p_dyn), "errors": _errors(device)},
-            )
-            if _lost(p_dyn) is not None:
-                part.state = "failed"
-            out.append(part)
-            gpu.body["partitions"].append(p_id)
-        if busy:
-            points.add(m.GPU_UTILIZATION, sum(busy) / len(busy), (("hw.gpu.task", "general"),))
-        if total_sum:
-            _memory_points(points, used_sum, total_sum)
+        if _partitioned(chip):
+            out.extend(_partitions(gpu, index, chip, fdinfo))
+        else:
+            _whole_gpu_points(gpu, chip[0], fdinfo)
     return out
+
+
+def _partitioned(chip: list[Mapping[str, Any]]) -> bool:
+    """Several handles for one GPU, or a compute partition mode other than single (SPX)."""
+    compute = _ok((chip[0].get("static") or {}).get("compute_partition"))
+    return len(chip) > 1 or compute not in _NO_PARTITION
+
+
+def _gpu_reading(index: int, first: Mapping[str, Any], driver: Mapping[str, Any]) -> DeviceReading:
+    """The physical GPU: identity, partition modes and the board-wide points, from its first handle."""
+    static, dyn = first.get("static") or {}, first.get("dynamic") or {}
+    uuid = _ok(static.get("uuid"))
+    hw_id = str(uuid) if isinstance(uuid, str) and uuid else f"amdgpu-{_bdf(static) or index}"
+    attributes: dict[str, AttrValue] = {
+        "hw.id": hw_id, "hw.type": "gpu", "hw.vendor": VENDOR, "hw.name": f"amdgpu{index}",
+        "gputally.gpu.index": index, **_identity(static, driver), **_partition_modes(static),
+    }
+    points = _Points()
+    lost = _lost(dyn)
+    degraded = _socket_points(points, static, dyn) if lost is None else False
+    gpu = DeviceReading(hw_id=hw_id, attributes=attributes, points=points,
+                        label=f"{index} ({attributes.get('hw.model', hw_id)})",
+                        body={"index": index, "uuid": hw_id, "static": dict(static), "dynamic": dict(dyn),
+                              "errors": _errors(first)})
+    if lost is not None:
+        gpu.state, gpu.problems = "failed", [f"amdsmi cannot read the GPU: {lost}"]
+    elif degraded:
+        gpu.state = "degraded"
+    return gpu
+
+
+def _partition_modes(static: Mapping[str, Any]) -> dict[str, AttrValue]:
+    modes = {"gputally.gpu.partition.compute_mode": _ok(static.get("compute_partition")),
+             "gputally.gpu.partition.memory_mode": _ok(static.get("memory_partition"))}
+    return {key: mode for key, mode in modes.items() if isinstance(mode, str) and mode}
+
+
+def _whole_gpu_points(gpu: DeviceReading, device: Mapping[str, Any], fdinfo: Mapping[str, Any]) -> None:
+    """An unpartitioned GPU's own engine, memory and clock points, and its processes."""
+    static, dyn = device.get("static") or {}, device.get("dynamic") or {}
+    points = _Points()
+    _engine_points(points, dyn)
+    gpu.points.extend(points)
+    gpu.processes = _processes(dyn, _bdf(static), fdinfo)
+
+
+def _engine_points(points: _Points, dyn: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """Utilization, memory and clocks of one GPU or partition; returns its memory (used, total)."""
+    _utilization_points(points, dyn)
+    used, total = _memory(dyn)
+    _memory_points(points, used, total)
+    _clock_points(points, dyn)
+    return used, total
+
+
+_INHERITED = ("hw.model", "hw.driver_version", "hw.serial_number", "gputally.gpu.pci.bus_id",
+              "gputally.gpu.partition.compute_mode", "gputally.gpu.partition.memory_mode")
+"""What a partition takes from its GPU's attributes (its own PCI address wins where it has one)."""
+
+
+def _partitions(gpu: DeviceReading, index: int, chip: list[Mapping[str, Any]],
+                fdinfo: Mapping[str, Any]) -> list[DeviceReading]:
+    """One device per partition with ``hw.parent``; the GPU gets their mean busy time and summed memory."""
+    gpu.body["partitions"] = []
+    parts = [_partition_reading(gpu, index, position, device, fdinfo) for position, device in enumerate(chip)]
+    used_sum = total_sum = 0
+    busy: list[float] = []
+    for part, device in zip(parts, chip, strict=True):
+        gpu.body["partitions"].append(part.hw_id)
+        dyn = device.get("dynamic") or {}
+        used, total = _memory(dyn)
+        used_sum += used or 0
+        total_sum += total or 0
+        gfx = _ratio((_ok(dyn.get("activity")) or {}).get("gfx_activity"))
+        if gfx is not None:
+            busy.append(gfx)
+    points = _Points()
+    if busy:
+        points.add(m.GPU_UTILIZATION, sum(busy) / len(busy), (("hw.gpu.task", "general"),))
+    if total_sum:
+        _memory_points(points, used_sum, total_sum)
+    gpu.points.extend(points)
+    return parts
+
+
+def _partition_reading(gpu: DeviceReading, index: int, position: int, device: Mapping[str, Any],
+                       fdinfo: Mapping[str, Any]) -> DeviceReading:
+    partition_id = _partition_id(device, position)
+    static, dyn = device.get("static") or {}, device.get("dynamic") or {}
+    hw_id = f"{gpu.hw_id}/p{partition_id}"
+    attributes: dict[str, AttrValue] = {
+        "hw.id": hw_id, "hw.parent": gpu.hw_id, "hw.type": "gpu", "hw.vendor": VENDOR,
+        "hw.name": f"amdgpu{index}/p{partition_id}", "gputally.gpu.index": index,
+        "gputally.gpu.partition.id": partition_id,
+    }
+    uuid = _ok(static.get("uuid"))
+    if isinstance(uuid, str) and uuid:
+        attributes["gputally.gpu.partition.uuid"] = uuid
+    attributes.update({key: gpu.attributes[key] for key in _INHERITED if key in gpu.attributes})
+    bdf = _bdf(static)
+    if bdf:
+        attributes["gputally.gpu.pci.bus_id"] = bdf
+    points = _Points()
+    _engine_points(points, dyn)
+    part = DeviceReading(
+        hw_id=hw_id, attributes=attributes, points=points, label=f"{index} partition {partition_id}",
+        processes=_processes(dyn, bdf, fdinfo),
+        body={"index": index, "partition": partition_id, "uuid": hw_id, "static": dict(static),
+              "dynamic": dict(dyn), "errors": _errors(device)},
+    )
+    if _lost(dyn) is not None:
+        part.state = "failed"
+    return part

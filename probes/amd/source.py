@@ -34,6 +34,32 @@ CLOCKS = {"gfx": "graphics", "mem": "memory", "soc": "soc", "vclk0": "video"}
 """amdsmi clock -> ``gputally.gpu.clock.type``."""
 UNSUPPORTED = ("NOT_SUPPORTED", "NOT_YET_IMPLEMENTED", "NO_PERM", "NOT_SUPPORT")
 """Words of an amdsmi error that mean "this device never answers this call"."""
+_STATIC_CALLS = {
+    "uuid": "amdsmi_get_gpu_device_uuid",
+    "bdf": "amdsmi_get_gpu_device_bdf",
+    "asic_info": "amdsmi_get_gpu_asic_info",
+    "board_info": "amdsmi_get_gpu_board_info",
+    "vbios_info": "amdsmi_get_gpu_vbios_info",
+    "driver_info": "amdsmi_get_gpu_driver_info",
+    "compute_partition": "amdsmi_get_gpu_compute_partition",
+    "memory_partition": "amdsmi_get_gpu_memory_partition",
+    "kfd_info": "amdsmi_get_gpu_kfd_info",
+    "power_cap_info": "amdsmi_get_power_cap_info",
+}
+"""Asked once per device at open: recording key -> amdsmi function of the handle."""
+_DYNAMIC_CALLS = {
+    "activity": "amdsmi_get_gpu_activity",
+    "vram_usage": "amdsmi_get_gpu_vram_usage",
+    "power_info": "amdsmi_get_power_info",
+    "energy_count": "amdsmi_get_energy_count",
+    "pcie_info": "amdsmi_get_pcie_info",
+    "ecc_total": "amdsmi_get_gpu_total_ecc_count",
+    "gpu_metrics": "amdsmi_get_gpu_metrics_info",
+    "violation_status": "amdsmi_get_violation_status",
+    "process_list": "amdsmi_get_gpu_process_list",
+}
+"""Asked every snapshot, likewise; temperatures, clocks and ECC blocks take a second argument."""
+_ECC_BLOCKS = ("UMC", "SDMA", "GFX", "MMHUB", "PCIE_BIF", "HDP", "XGMI_WAFL")
 
 
 def load_amdsmi(importer: Callable[[], Any] | None = None) -> Any:
@@ -125,65 +151,46 @@ class AmdsmiSource:
                 self._skip.add((index, name))
             return error
 
+    def _calls(self, i: int, h: Any, calls: Mapping[str, str]) -> dict[str, Any]:
+        """``{key: amdsmi_function(handle)}`` for each entry of ``calls``, errors as values."""
+        a = self._module
+        return {key: self._call(i, key, lambda name=name: getattr(a, name)(h)) for key, name in calls.items()}
+
     def _static_of(self, i: int, h: Any) -> dict[str, Any]:
         a = self._module
         T, M = a.AmdSmiTemperatureType, a.AmdSmiTemperatureMetric
-        static: dict[str, Any] = {}
-        for key, fn in {
-            "uuid": lambda: a.amdsmi_get_gpu_device_uuid(h),
-            "bdf": lambda: a.amdsmi_get_gpu_device_bdf(h),
-            "asic_info": lambda: a.amdsmi_get_gpu_asic_info(h),
-            "board_info": lambda: a.amdsmi_get_gpu_board_info(h),
-            "vbios_info": lambda: a.amdsmi_get_gpu_vbios_info(h),
-            "driver_info": lambda: a.amdsmi_get_gpu_driver_info(h),
-            "compute_partition": lambda: a.amdsmi_get_gpu_compute_partition(h),
-            "memory_partition": lambda: a.amdsmi_get_gpu_memory_partition(h),
-            "kfd_info": lambda: a.amdsmi_get_gpu_kfd_info(h),
-            "power_cap_info": lambda: a.amdsmi_get_power_cap_info(h),
-        }.items():
-            static[key] = self._call(i, key, fn)
+        static = self._calls(i, h, _STATIC_CALLS)
         limits: dict[str, dict[str, Any]] = {}
         for sensor in ("hotspot", "vram"):
-            for metric in ("critical", "emergency"):
-                value = self._call(i, f"temp_{sensor}_{metric}", lambda s=sensor, x=metric: a.amdsmi_get_temp_metric(
+            for level in ("critical", "emergency"):
+                value = self._call(i, f"temp_{sensor}_{level}", lambda s=sensor, x=level: a.amdsmi_get_temp_metric(
                     h, getattr(T, s.upper()), getattr(M, x.upper())))
-                limits.setdefault(sensor, {})[metric] = value
+                limits.setdefault(sensor, {})[level] = value
         static["temp_limits"] = limits
         return static
 
-    def snapshot(self) -> dict[str, Any]:
+    def _dynamic_of(self, i: int, h: Any) -> dict[str, Any]:
         a = self._module
-        devices = []
-        for i, h in enumerate(self._handles):
-            T, M, C = a.AmdSmiTemperatureType, a.AmdSmiTemperatureMetric, a.AmdSmiClkType
-            dynamic: dict[str, Any] = {}
-            for key, fn in {
-                "activity": lambda: a.amdsmi_get_gpu_activity(h),
-                "vram_usage": lambda: a.amdsmi_get_gpu_vram_usage(h),
-                "power_info": lambda: a.amdsmi_get_power_info(h),
-                "energy_count": lambda: a.amdsmi_get_energy_count(h),
-                "pcie_info": lambda: a.amdsmi_get_pcie_info(h),
-                "ecc_total": lambda: a.amdsmi_get_gpu_total_ecc_count(h),
-                "gpu_metrics": lambda: a.amdsmi_get_gpu_metrics_info(h),
-                "violation_status": lambda: a.amdsmi_get_violation_status(h),
-                "process_list": lambda: a.amdsmi_get_gpu_process_list(h),
-            }.items():
-                dynamic[key] = self._call(i, key, fn)
-            dynamic["temperature"] = {
-                s: self._call(i, f"temp_{s}", lambda s=s: a.amdsmi_get_temp_metric(h, getattr(T, s.upper()), M.CURRENT))
-                for s in TEMPERATURES
-            }
-            dynamic["clock"] = {
-                c: self._call(i, f"clock_{c}", lambda c=c: a.amdsmi_get_clock_info(h, getattr(C, c.upper())))
-                for c in CLOCKS
-            }
-            blocks = {}
-            for block in ("UMC", "SDMA", "GFX", "MMHUB", "PCIE_BIF", "HDP", "XGMI_WAFL"):
-                value = self._call(i, f"ecc_{block}", lambda b=block: a.amdsmi_get_gpu_ecc_count(h, getattr(a.AmdSmiGpuBlock, b)))
-                if not failed(value):
-                    blocks[block] = value
-            dynamic["ecc_blocks"] = blocks
-            devices.append({"static": self._static[i], "dynamic": dynamic})
+        T, M, C = a.AmdSmiTemperatureType, a.AmdSmiTemperatureMetric, a.AmdSmiClkType
+        dynamic = self._calls(i, h, _DYNAMIC_CALLS)
+        dynamic["temperature"] = {
+            s: self._call(i, f"temp_{s}", lambda s=s: a.amdsmi_get_temp_metric(h, getattr(T, s.upper()), M.CURRENT))
+            for s in TEMPERATURES
+        }
+        dynamic["clock"] = {
+            c: self._call(i, f"clock_{c}", lambda c=c: a.amdsmi_get_clock_info(h, getattr(C, c.upper())))
+            for c in CLOCKS
+        }
+        blocks = {}
+        for block in _ECC_BLOCKS:
+            value = self._call(i, f"ecc_{block}", lambda b=block: a.amdsmi_get_gpu_ecc_count(h, getattr(a.AmdSmiGpuBlock, b)))
+            if not failed(value):
+                blocks[block] = value
+        dynamic["ecc_blocks"] = blocks
+        return dynamic
+
+    def snapshot(self) -> dict[str, Any]:
+        devices = [{"static": self._static[i], "dynamic": self._dynamic_of(i, h)} for i, h in enumerate(self._handles)]
         snap: dict[str, Any] = {"devices": devices}
         if any(failed(d["dynamic"].get("process_list")) for d in devices):
             snap["drm_fdinfo"] = scan_fdinfo(self._proc_root)

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 
-from gputally.probes.command import add_probe_parser, node_name_of, probe_interval, run_collector
+from gputally.probes.command import add_probe_parser, both, node_name_of, open_sources, probe_interval, run_collector
 
 __all__ = ["register"]
 
@@ -29,30 +28,21 @@ def _command(args: argparse.Namespace) -> int:
 
 async def run(args: argparse.Namespace, interval: float) -> int:
     """The NVIDIA probe from parsed options: live NVML or a replay, optionally recorded."""
+    from gputally.probes.hints import ProcFs
     from gputally.probes.nvml.collector import NvmlCollector
-    from gputally.probes.nvml.source import DeviceSource
-    from gputally.probes.procfacts import ProcessInfoSource
+    from gputally.probes.nvml.live import NvmlSource
+    from gputally.probes.nvml.record import RecordingSource
+    from gputally.probes.nvml.replay import ReplaySource
 
-    source: DeviceSource
-    processes: ProcessInfoSource
-    if args.replay is not None:
-        from gputally.probes.nvml.replay import ReplaySource
-
-        try:
-            source = processes = ReplaySource.from_file(args.replay)
-        except (OSError, ValueError) as exc:
-            print(f"gputally: cannot replay {args.replay}: {exc}", file=sys.stderr)
-            return 2
-        title = f"replay of {args.replay.name}"
-    else:
-        from gputally.probes.hints import ProcFs
-        from gputally.probes.nvml.live import NvmlSource
-
-        source, processes, title = NvmlSource(), ProcFs(args.proc_root), "live"
-    if args.record is not None:
-        from gputally.probes.nvml.record import RecordingSource
-
-        source = processes = RecordingSource(source, processes, path=args.record)
+    opened = open_sources(
+        args,
+        replay=lambda path: both(ReplaySource.from_file(path)),
+        live=lambda: (NvmlSource(), ProcFs(args.proc_root)),
+        record=lambda source, processes, path: both(RecordingSource(source, processes, path=path)),
+    )
+    if isinstance(opened, int):
+        return opened
+    source, processes, title = opened
     collector = NvmlCollector(
         source, processes, node_name=node_name_of(args), budget_s=min(5.0, interval * 0.8), events=not args.once
     )

@@ -37,6 +37,7 @@ from gputally.probes.nvml.process_metrics import ProcessSampler, merge_processes
 from gputally.probes.nvml.readings import GpuReadings, ProcessReading
 from gputally.probes.nvml.source import FIELDS, READINGS, DeviceSource, DriverInfo, Gpu, Reading
 from gputally.probes.procfacts import ProcessInfoSource
+from gputally.util.once import Once
 
 __all__ = ["NvmlCollector"]
 
@@ -74,25 +75,6 @@ class _GpuState:
         return isinstance(mode, list) and bool(mode and mode[0])
 
 
-class _Once:
-    """Remembers which problems were logged, so each is logged once until it clears."""
-
-    def __init__(self) -> None:
-        self._seen: set[tuple[object, ...]] = set()
-
-    def first(self, *key: object) -> bool:
-        if key in self._seen:
-            return False
-        self._seen.add(key)
-        return True
-
-    def forget(self, *key: object) -> None:
-        self._seen.discard(key)
-
-    def clear(self, gpu: str) -> None:
-        self._seen = {key for key in self._seen if key[0] != gpu}
-
-
 class NvmlCollector:
     """Reads every GPU once per :meth:`collect`; owns the NVML session, the worker threads and
     the event thread."""
@@ -118,7 +100,7 @@ class NvmlCollector:
         self._clock = clock
         self._counters = CounterStarts(probe_start_ns=clock())
         self._entities = EntityBuilder(node_name=node_name)
-        self._once = _Once()
+        self._once: Once[tuple[object, ...]] = Once()
         self._states: list[_GpuState] = []
         self._driver: DriverInfo | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -245,13 +227,13 @@ class NvmlCollector:
             for future in pending:
                 state = running[future]
                 problems.append(f"GPU {state.gpu.index}: reads took over {self._budget_s:g} s; skipped")
-                if self._once.first(state.gpu.uuid, "slow"):
+                if self._once.first((state.gpu.uuid, "slow")):
                     log.warning("GPU %d: reads took over %g s; leaving it out until they return",
                                 state.gpu.index, self._budget_s)
             results = [f.result() for f in running if f in done]
         results.sort(key=lambda r: r.gpu.index)
         for r in results:
-            self._once.forget(r.gpu.uuid, "slow")  # in time again: log the next slow spell
+            self._once.forget((r.gpu.uuid, "slow"))  # in time again: log the next slow spell
             if r.lost is not None:
                 problems.append(f"GPU {r.gpu.index}: {r.lost.name}")
         events = self._pump.drain() if self._pump is not None else []
@@ -283,7 +265,7 @@ class NvmlCollector:
         except _GpuGone as gone:
             r.lost = gone.error
         except Exception:  # a bug must not take the probe down: report what was read
-            if self._once.first(state.gpu.uuid, "bug"):
+            if self._once.first((state.gpu.uuid, "bug")):
                 log.exception("GPU %d: unexpected error while reading it", state.gpu.index)
         finally:
             if lane is not None:
@@ -291,7 +273,7 @@ class NvmlCollector:
             state.busy = False
         if r.lost is None and state.lost:
             state.lost = False
-            self._once.clear(state.gpu.uuid)
+            self._once.forget_where(lambda key: key[0] == state.gpu.uuid)
             log.info("GPU %d (%s) answers again", state.gpu.index, state.gpu.uuid)
         elif r.lost is not None and not state.lost:
             state.lost = True
@@ -306,7 +288,7 @@ class NvmlCollector:
         except NvmlCallFailed as exc:
             return {}, exc
         except Exception:  # a bug must not lose the rest of the GPU's readings
-            if self._once.first(state.gpu.uuid, "bug", "fields"):
+            if self._once.first((state.gpu.uuid, "bug", "fields")):
                 log.exception("GPU %d: unexpected error while reading its field values", state.gpu.index)
             return {}, None
 
@@ -353,11 +335,11 @@ class NvmlCollector:
             raise _GpuGone(exc)
         if exc.not_supported:
             state.skip.add(call)
-            if exc.code == 4 and self._once.first(gpu.uuid, call, "permission"):
+            if exc.code == 4 and self._once.first((gpu.uuid, call, "permission")):
                 log.warning("GPU %d: %s: permission denied; not asking again", gpu.index, call)
             else:
                 log.debug("GPU %d: %s: %s; not asking again", gpu.index, call, exc.name)
-        elif not exc.gpu_gone and not exc.driver_gone and self._once.first(gpu.uuid, call, exc.code):
+        elif not exc.gpu_gone and not exc.driver_gone and self._once.first((gpu.uuid, call, exc.code)):
             log.warning("GPU %d: %s failed: %s", gpu.index, call, exc.name)
 
     def _read_processes(self, state: _GpuState, r: GpuReadings) -> None:
@@ -378,7 +360,7 @@ class NvmlCollector:
         try:
             return self._processes.facts(pid)
         except Exception:  # hints are best effort; a bug here must not lose the GPU's data
-            if self._once.first("hints", pid):
+            if self._once.first(("hints", pid)):
                 log.exception("pid %d: reading its /proc facts failed", pid)
             return None
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 __all__ = [
     "EVENT_KINDS",
@@ -34,8 +34,8 @@ __all__ = [
 
 Reading = Literal[
     "utilization",
-    "memory",
     "memory_v2",
+    "memory",
     "bar1",
     "power_mw",
     "temp_gpu",
@@ -54,29 +54,9 @@ Reading = Literal[
     "graphics_procs",
     "energy_mj",
 ]
-"""Single-value NVML calls, named as in the recording's ``dynamic`` block."""
+"""Single-value NVML calls, named as in the recording's ``dynamic`` block, cheapest first."""
 
-READINGS: tuple[Reading, ...] = (
-    "utilization",
-    "memory_v2",
-    "memory",
-    "bar1",
-    "power_mw",
-    "temp_gpu",
-    "clock_sm",
-    "clock_mem",
-    "clock_graphics",
-    "clock_video",
-    "pstate",
-    "throttle_reasons",
-    "pcie_gen",
-    "pcie_width",
-    "remapped_rows",
-    "encoder_util",
-    "decoder_util",
-    "compute_procs",
-    "graphics_procs",
-)
+READINGS: tuple[Reading, ...] = tuple(r for r in get_args(Reading) if r != "energy_mj")
 """What one cycle asks of every GPU, cheapest first. ``energy_mj`` (3.3 ms) is not here: energy
 comes from the batched field-values call."""
 

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from gputally.cli import main
-from gputally.exporters.sender import DeliveryListener, QueuedExporter
+from gputally.exporters.sender import QueuedExporter
 from gputally.otlp.batch import Batch
 from gputally.pipeline.component import Exporter
 from gputally.probes import delivery
@@ -38,20 +38,9 @@ class Observed(Exporter):
     def ready(self) -> bool:
         return self._inner.ready
 
-    @property
-    def destination(self) -> str:
-        return self._inner.destination
-
-    @property
-    def queued(self) -> int:
-        return self._inner.queued
-
-    @property
-    def capacity(self) -> int:
-        return self._inner.capacity
-
-    def add_listener(self, listener: DeliveryListener) -> None:
-        self._inner.add_listener(listener)
+    def __getattr__(self, name: str) -> Any:
+        """The rest (add_listener, queued, capacity, destination) is the real exporter's."""
+        return getattr(self._inner, name)
 
     async def start(self) -> None:
         await self._inner.start()
