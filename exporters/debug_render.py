@@ -139,12 +139,12 @@ def _detailed_metric(n: int, metric: Any) -> Iterator[str]:
     yield f"     -> Description: {metric.description}"
     yield f"     -> Unit: {metric.unit}"
     yield f"     -> DataType: {kind}"
-    data = getattr(metric, kind) if kind != "empty" else None
     if kind in ("sum", "histogram", "exponential_histogram"):
+        data = getattr(metric, kind)
         temporality = {1: "delta", 2: "cumulative"}.get(data.aggregation_temporality, "unspecified")
         yield f"     -> AggregationTemporality: {temporality}"
     if kind == "sum":
-        yield f"     -> IsMonotonic: {str(data.is_monotonic).lower()}"
+        yield f"     -> IsMonotonic: {str(metric.sum.is_monotonic).lower()}"
     for m, point in enumerate(points):
         yield f"DataPoint #{m}"
         if len(point.attributes):

@@ -51,7 +51,8 @@ _SLURM_TASK = re.compile(rf"task_(?P<task>{_ID}|special)")
 _MAX_ID = 2**32 - 1
 MAX_TEXT = 64 * 1024
 """Most of a ``/proc/PID/cgroup`` text that is read (a real one is under 2 KiB)."""
-_RUNTIMES = {"cri-containerd": "containerd", "crio": "crio", "cri-o": "crio", "crio-conmon": "crio", "docker": "docker"}
+Runtime = Literal["containerd", "crio", "docker"]
+_RUNTIMES: dict[str, Runtime] = {"cri-containerd": "containerd", "crio": "crio", "cri-o": "crio", "crio-conmon": "crio", "docker": "docker"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +60,7 @@ class CgroupInfo:
     """What the cgroup path revealed; ``None`` where it said nothing."""
 
     kind: Kind = "unknown"
-    runtime: Literal["containerd", "crio", "docker"] | None = None
+    runtime: Runtime | None = None
     container_id: str | None = None
     """The bare 64-hex container ID, without runtime prefix."""
     pod_uid: str | None = None
@@ -129,7 +130,7 @@ def _kubernetes(components: list[str], path: str) -> CgroupInfo | None:
     return None
 
 
-def _container(components: list[str]) -> tuple[str | None, str | None]:
+def _container(components: list[str]) -> tuple[Runtime | None, str | None]:
     """Runtime and container ID from the component below a pod (or a plain container scope)."""
     if not components:
         return None, None

@@ -34,8 +34,12 @@ class _LiveHealthServicer(health_aio.HealthServicer):
         super().__init__()
         self._refresh = refresh
 
-    async def Check(self, request: health_pb2.HealthCheckRequest, context: object) -> object:  # noqa: N802
-        if not self._gracefully_shutting_down:
+    async def Check(  # noqa: N802
+        self,
+        request: health_pb2.HealthCheckRequest,
+        context: grpc.aio.ServicerContext[health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse],
+    ) -> health_pb2.HealthCheckResponse:
+        if not self._gracefully_shutting_down:  # type: ignore[attr-defined]  # grpcio's, not in its stubs
             await self._refresh()
         return await super().Check(request, context)
 

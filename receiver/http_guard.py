@@ -18,7 +18,7 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -120,7 +120,7 @@ class _Closed(asyncio.Protocol):
     """What a connection over the limit gets: closed as soon as it is made."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.abort()
+        cast(asyncio.Transport, transport).abort()  # a TCP server's connections are stream transports
 
 
 class LimitedTCPSite(web.TCPSite):

@@ -124,6 +124,7 @@ class BatchProcessor(Processor):
 
     async def process(self, batch: Batch) -> Batch | None:
         ticket = _Ticket() if self._deferred else None
+        out: Batch | None
         if self._max and self._held_items >= self._full:
             out = self._swap(batch, ticket)
         else:

@@ -107,7 +107,7 @@ class AttributeBuilder:
         key = (container, container_id, source)
         cached = pod.blobs.get(key)
         if cached is not None:
-            return cached  # type: ignore[no-any-return]
+            return cached
         attributes: list[tuple[str, Value]] = [
             (semconv.POD_NAME, pod.name),
             (semconv.POD_UID, pod.uid),

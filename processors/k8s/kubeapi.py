@@ -121,9 +121,9 @@ def load_configuration(kubeconfig: Path | None, context: str | None) -> k8s_clie
     configuration = k8s_client.Configuration()
     try:
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            k8s_config.load_incluster_config(client_configuration=configuration)
         else:
-            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            k8s_config.load_kube_config(
                 config_file=str(kubeconfig) if kubeconfig is not None else None,
                 context=context,
                 client_configuration=configuration,
@@ -156,7 +156,7 @@ class KubeApi:
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # closing a pool must not fail a shutdown
-            self._api_client.close()  # type: ignore[no-untyped-call]
+            self._api_client.close()
 
     def _open(self, what: str, path: str, query: list[tuple[str, Any]], *, read_timeout: float) -> Any:
         """GET ``path``; returns the open urllib3 response (2xx) or raises KubeApiError."""

@@ -12,11 +12,12 @@ The endpoint listens on loopback by default. Exposed further, it takes the recei
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -73,7 +74,9 @@ class AdminServer:
             raise ConfigError(
                 f"service.telemetry.metrics.address: cannot listen on {self._host}:{self._port}: {exc.strerror}"
             ) from exc
-        sockets = site._server.sockets if site._server else []  # noqa: SLF001 - aiohttp exposes no bound port
+        # aiohttp exposes no bound port; its server is the loop's create_server() result.
+        server = cast("asyncio.Server | None", site._server)  # noqa: SLF001
+        sockets = server.sockets if server else []
         port = sockets[0].getsockname()[1] if sockets else self._port
         self.address = f"{self._host}:{port}"
 

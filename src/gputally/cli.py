@@ -76,7 +76,7 @@ def _cmd_default_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _register_plugins(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _register_plugins(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Subcommands that live with their component (``probe``, ``report``)."""
     from gputally.probes import cli as probe_cli
     from gputally.report import cli as report_cli

@@ -171,9 +171,9 @@ def _serve_workers(path: ConfigSources | Path | None, workers: int) -> int:
     status = 0
     while children:
         pid, code = os.wait()
-        worker = children.pop(pid, None)
-        if worker is None:
+        if pid not in children:
             continue
+        worker = children.pop(pid)
         exit_code = os.waitstatus_to_exitcode(code)
         if exit_code != 0:
             log.error("worker %d exited with %d; stopping the others", worker, exit_code)

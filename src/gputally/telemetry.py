@@ -10,14 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.metrics import MetricWrapperBase
 
 from gputally.otlp.batch import Signal
 
 __all__ = ["ExporterMetrics", "ProcessorMetrics", "ReceiverMetrics", "SelfTelemetry"]
 
 
-def _by_signal(family: MetricWrapperBase, **labels: str) -> dict[Signal, Counter]:
+def _by_signal(family: Counter, **labels: str) -> dict[Signal, Counter]:
     return {signal: family.labels(signal=signal.value, **labels) for signal in Signal}
 
 

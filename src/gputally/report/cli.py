@@ -45,7 +45,7 @@ NO_USAGE = ("no gputally_usage_* series in Prometheus: enable the usage processo
             "metrics pipeline and export to this Prometheus")
 
 
-def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``report`` command to the top-level parser."""
     parser = commands.add_parser("report", help=_HELP, description=_HELP, epilog=_EPILOG,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

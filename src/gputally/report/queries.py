@@ -258,12 +258,13 @@ def fetch(client: Prometheus, rng: Range, *, selector: Selector = Selector(), ch
             progress(done, total, b)
     accounts: dict[AccountKey, Account] = {key: Account(*key, labels=dict(values)) for key, values in labels.items()}
     for field_, counter in counters.items():
-        for key, value in counter.total.items():
-            account = accounts.get(key[:4])
+        for counter_key, value in counter.total.items():
+            account = accounts.get(counter_key[:4])
             if account is None:
                 continue
             if field_ == "cost":
-                account.cost[key[4]] = account.cost.get(key[4], 0.0) + value
+                currency = counter_key[4]
+                account.cost[currency] = account.cost.get(currency, 0.0) + value
             else:
                 setattr(account, field_, getattr(account, field_) + value)
     for key, peak in peaks.items():
