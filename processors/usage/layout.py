@@ -71,6 +71,8 @@ class Layout:
     ``(role, value index, scale)``, the lowest rank first seen winning."""
     untimed: bool = False
     """Some wanted point carries no time: always read point by point."""
+    plan: Any = None
+    """What the reader made of ``resolved``, kept with the layout (see Observer._laid_out)."""
     hits: int = 0
 
     def matches(self, raw: bytes) -> bool:

@@ -22,7 +22,7 @@ the caller says what time it is. Rules (the README's "Who pays" section says the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from typing import Any
@@ -333,10 +333,9 @@ class Ledger:
         elif account.idle_since is not None:
             self._end_spell(hw_id, owner, account, t)
 
-    def _close_spells(self, hw_id: str, state: Device, t: int, *, keep: Iterable[Owner]) -> None:
-        kept = set(keep)
+    def _close_spells(self, hw_id: str, state: Device, t: int, *, keep: Collection[Owner]) -> None:
         for owner, account in state.accounts.items():
-            if account.idle_since is not None and owner not in kept:
+            if account.idle_since is not None and owner not in keep:
                 self._end_spell(hw_id, owner, account, t)
 
     def _end_spell(self, hw_id: str, owner: Owner, account: Account, t: int) -> None:
@@ -478,6 +477,8 @@ def _shares(busy: float, by_owner: dict[Owner, list[float]], holders: list[Owner
     """Who did the GPU's busy time: by process utilization, else by process presence, else the holders."""
     if busy <= 0:
         return {}
+    if len(by_owner) == 1:  # one owner runs on it (the common case): all of it
+        return dict.fromkeys(by_owner, 1.0)
     weights = {owner: totals[0] for owner, totals in by_owner.items() if totals[0] > 0}
     total = sum(weights.values())
     if total > 0:

@@ -198,8 +198,22 @@ class Observer:
         values, times = layout.read(raw)
         if times and times.count(times[0]) == len(times) and not layout.untimed:
             time_ns = times[0]  # one sample time for the whole request, as a probe sends it
-            for decision, roles in layout.resolved:
-                yield _observation(decision, time_ns, {role: values[index] * scale for role, index, scale in roles})
+            plan = layout.plan
+            if plan is None:
+                plan = layout.plan = tuple(_plan(decision, roles) for decision, roles in layout.resolved)
+            for decision, ui, us, ei, es, mi, ms, li, ls, fi, fs in plan:
+                utilization = values[ui] * us if ui >= 0 else None
+                memory = values[mi] * ms if mi >= 0 else None
+                if decision.process is not None:
+                    yield decision.hw_id, time_ns, None, decision.process, ProcessReading(
+                        decision.owner, utilization, memory)
+                    continue
+                limit = values[li] * ls if li >= 0 else None
+                if limit is None and memory is not None and fi >= 0:
+                    limit = memory + values[fi] * fs
+                yield decision.hw_id, time_ns, DeviceReading(
+                    utilization, values[ei] * es if ei >= 0 else None, memory, limit,
+                    decision.allocation, decision.attributes), "", None
             return
         for decision, slots in layout.entries:
             by_time: dict[int, dict[str, tuple[int, float]]] = {}
@@ -251,6 +265,16 @@ def _hold(roles: dict[str, tuple[int, float]], role: str, rank: int, value: floa
     held = roles.get(role)
     if held is None or rank < held[0]:
         roles[role] = (rank, value)
+
+
+def _plan(decision: _Decision, roles: tuple[tuple[str, int, float], ...]) -> tuple[Any, ...]:
+    """``(decision, then value index and scale of utilization, energy, memory, limit, free)``:
+    the one point of each role that counts in an entry whose points share one time (-1: none)."""
+    found = {role: (index, scale) for role, index, scale in roles}
+    return (decision, *(n for role in _ROLES for n in found.get(role, (-1, 0.0))))
+
+
+_ROLES = ("utilization", "energy", "memory", "limit", "free")
 
 
 def _observation(decision: _Decision, time_ns: int, roles: dict[str, float]) -> Observation:
