@@ -11,10 +11,12 @@ work per item is planned once per batch from what the bytes can prove:
   (``MergeFromString`` appends to the repeated ``attributes`` field), several merges in a row
   fuse into one blob.
 
-So the common enrichment (``insert``/``upsert`` of a key the sender does not set) costs one
-C-level merge per resource or point. Only where the key may be present are the item's
-attributes searched. A key whose bytes appear by coincidence (say as a string value) merely
-takes the slower, exact path.
+So the common enrichment (``insert``/``upsert`` of a key the sender does not set) is a
+splice (:mod:`gputally.otlp.splice`): the blob is appended to the encoding of each resource,
+or of each data point, log record or span, and the request is never decoded or encoded
+whole. Only where the key may be present are the item's attributes searched: a resource is
+then decoded alone, items in the decoded request. A key whose bytes appear by coincidence
+(say as a string value) merely takes the slower, exact path.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from gputally.otlp.batch import Batch
 from gputally.otlp.signals import SIGNALS, Signal
+from gputally.otlp.splice import append_to_records, split
 from gputally.pipeline.component import ComponentContext, Processor
 from gputally.otlp.wire import encode_varint
 
@@ -276,26 +279,37 @@ class AttributesProcessor(Processor):
         return batch
 
     def _change_resources(self, batch: Batch, planner: _Planner) -> None:
-        changing = False
-        for resource_entry in getattr(batch.message, self._spec.resource_field):
-            resource = resource_entry.resource
-            plan = planner.plan(Resource, planner.presence(resource.SerializeToString()))
+        # Spliced: each resource's encoding is extended (or, where a step must read its
+        # attributes, decoded and encoded alone); the rest of the request stays as it came.
+        request = split(batch.serialize())
+        changed = False
+        for entry in request.entries:
+            encoded = entry.resource
+            plan = planner.plan(Resource, planner.presence(encoded))
             if not plan.steps:
                 continue
-            if not changing:  # same message object: drops the cached bytes before the first change
-                batch.mutable()
-                changing = True
             if plan.blob is not None:
-                resource.MergeFromString(plan.blob)
+                entry.resource = encoded + plan.blob
             else:
+                resource = Resource.FromString(encoded)
                 for step in plan.steps:
                     step(resource)
+                entry.resource = resource.SerializeToString()
+            changed = True
+        if changed:
+            batch.rewrite(request.SerializeToString())
 
     def _change_points(self, batch: Batch, planner: _Planner) -> None:
-        present = planner.presence(batch.serialize())
+        raw = batch.serialize()
+        present = planner.presence(raw)
         if self.signal is Signal.METRICS:
             plans = {kind: planner.plan(klass, present) for kind, klass in _METRIC_POINTS.items()}
             if not any(plan.steps for plan in plans.values()):
+                return
+            if all(plan.blob is not None or not plan.steps for plan in plans.values()):
+                # Only merges: appended to each point's encoding, the request never decoded.
+                blobs: dict[str | None, bytes] = {kind: plan.blob for kind, plan in plans.items() if plan.blob}
+                batch.rewrite(append_to_records(self.signal, raw, blobs))
                 return
             for resource_metrics in batch.mutable().resource_metrics:
                 for scope_metrics in resource_metrics.scope_metrics:
@@ -306,6 +320,9 @@ class AttributesProcessor(Processor):
             return
         plan = planner.plan(_POINT_CLASSES[self.signal][0], present)
         if not plan.steps:
+            return
+        if plan.blob is not None:
+            batch.rewrite(append_to_records(self.signal, raw, {None: plan.blob}))
             return
         spec = self._spec
         for resource_entry in getattr(batch.mutable(), spec.resource_field):

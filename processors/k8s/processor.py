@@ -18,7 +18,7 @@ resource costs one lookup and one append to its encoding whatever its number of 
 What a resource's own bytes imply (which hints it has, what they parse to) is decided once
 and cached by those bytes (the same GPU sends the same resource every cycle), and so is the
 outcome, until the caches change. The request itself is never decoded: resources are
-spliced in its encoding (:mod:`.splice`), so the points pass through as received.
+spliced in its encoding (:mod:`gputally.otlp.splice`), so the points pass through as received.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from gputally.errors import ConfigError
 from gputally.otlp.batch import Batch, Signal
+from gputally.otlp.splice import split
 from gputally.pipeline.component import ComponentContext, RuntimeProcessor
 from gputally.processors.cgroup import CgroupInfo, parse_cgroup
 
@@ -42,7 +43,6 @@ from .devices import Holder, device_key, resource_keys
 from .metrics import K8sCollector
 from .procfs import PENDING
 from .runtime import K8sRuntime
-from .splice import split
 
 __all__ = ["K8sProcessor", "create"]
 

@@ -110,6 +110,12 @@ class Batch:
         self._raw = None
         return message
 
+    def rewrite(self, raw: bytes) -> None:
+        """Replace the request by ``raw``, its encoding with the same items (a splice that
+        added attributes): the decoded message, if any, is dropped."""
+        self._raw = raw
+        self._message = None
+
     def serialize(self) -> bytes:
         """The request's encoding: the received bytes when nothing changed them."""
         if self._raw is None:

@@ -14,11 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2
+
+from gputally.otlp.schema import SchemaFile
 
 __all__ = ["Census", "census_logs", "census_metrics", "census_traces", "metric_count"]
 
-_PACKAGE = "gputally.census"
 _OPTIONAL = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
 _REPEATED = descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
 _MESSAGE = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
@@ -29,49 +30,33 @@ _METRIC_DATA_FIELDS = {"gauge": 5, "sum": 7, "histogram": 9, "exponential_histog
 
 
 def _build_classes() -> dict[str, Any]:
-    fdp = descriptor_pb2.FileDescriptorProto(
-        name="gputally_census.proto", package=_PACKAGE, syntax="proto3"
-    )
-
-    def message(name: str, fields: list[tuple[str, int, int, int, str | None]]) -> None:
-        proto = fdp.message_type.add(name=name)
-        for field_name, number, label, type_, type_name in fields:
-            field = proto.field.add(name=field_name, number=number, label=label, type=type_)
-            if type_name:
-                field.type_name = f".{_PACKAGE}.{type_name}"
+    schema = SchemaFile("gputally_census.proto", "gputally.census")
 
     def merged(name: str, field: str, number: int, child: str) -> None:
-        message(name, [(field, number, _OPTIONAL, _MESSAGE, child)])
+        schema.message(name, (field, number, _OPTIONAL, _MESSAGE, child))
 
     # Metrics: points per data kind, plus the names of named metrics.
-    message("Data", [("data_points", 1, _REPEATED, _BYTES, None)])
-    message(
+    schema.message("Data", ("data_points", 1, _REPEATED, _BYTES, None))
+    schema.message(
         "Metric",
-        [(kind, n, _OPTIONAL, _MESSAGE, "Data") for kind, n in _METRIC_DATA_FIELDS.items()]
-        + [("name", 1, _REPEATED, _BYTES, None)],
+        *((kind, n, _OPTIONAL, _MESSAGE, "Data") for kind, n in _METRIC_DATA_FIELDS.items()),
+        ("name", 1, _REPEATED, _BYTES, None),
     )
     merged("ScopeMetrics", "metrics", 2, "Metric")
     merged("ResourceMetrics", "scope_metrics", 2, "ScopeMetrics")
     merged("MetricsRequest", "resource_metrics", 1, "ResourceMetrics")
     # Metrics again, counting metric messages (to find nameless ones).
-    message("MetricList", [("metrics", 2, _REPEATED, _BYTES, None)])
+    schema.message("MetricList", ("metrics", 2, _REPEATED, _BYTES, None))
     merged("ResourceMetricList", "scope_metrics", 2, "MetricList")
     merged("MetricListRequest", "resource_metrics", 1, "ResourceMetricList")
     # Logs and traces: records / spans sit at the same depth.
-    message("ScopeLogs", [("log_records", 2, _REPEATED, _BYTES, None)])
+    schema.message("ScopeLogs", ("log_records", 2, _REPEATED, _BYTES, None))
     merged("ResourceLogs", "scope_logs", 2, "ScopeLogs")
     merged("LogsRequest", "resource_logs", 1, "ResourceLogs")
-    message("ScopeSpans", [("spans", 2, _REPEATED, _BYTES, None)])
+    schema.message("ScopeSpans", ("spans", 2, _REPEATED, _BYTES, None))
     merged("ResourceSpans", "scope_spans", 2, "ScopeSpans")
     merged("TracesRequest", "resource_spans", 1, "ResourceSpans")
-
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
-    names = ("MetricsRequest", "MetricListRequest", "LogsRequest", "TracesRequest")
-    return {
-        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
-        for name in names
-    }
+    return schema.classes("MetricsRequest", "MetricListRequest", "LogsRequest", "TracesRequest")
 
 
 _CLASSES = _build_classes()
