@@ -1,10 +1,16 @@
 """What the ``usage`` processor costs: pipeline throughput with and without it, and its memory.
 
-Throughput: bench/k8s_throughput.py's 8-GPU node request (340 points; 10 processes attributed
-by cgroup, 8 GPUs by PodResources on a real kube-apiserver), through ``gputally serve`` with
-``k8s`` and with ``k8s`` + ``usage``, rounds interleaved in one run. Every request carries a
-new sample time (the load generator restamps it), so each one is integrated in full, as a
-node's real cycles are: the worst case for ``usage``, which then works on every request.
+Throughput: bench/k8s_throughput.py's 8-GPU node request (340 points, 18 resources) on a mixed
+node: a real kube-apiserver with 6 pods and a PodResources socket allocating them 6 GPUs, and
+a real one-node Slurm cluster (tests/harness/slurm, through bench/slurm_setup.py) running two
+jobs, each holding one GRES GPU with two processes on it. Through ``gputally serve`` with
+``k8s`` + ``slurm`` (the ``cli`` backend, as on a Slurm node) and with ``k8s`` + ``slurm`` +
+``usage``, rounds interleaved in one run, so on every request ``k8s`` attributes 6 processes
+by cgroup and 6 GPUs by PodResources and ``slurm`` 4 processes by cgroup and 2 GPUs by GRES
+from its cache (checked on the server's /metrics; the run fails otherwise), and ``usage``
+integrates all 8 GPUs for their pod and job owners. Every request carries a new sample time
+(the load generator restamps it), so each one is integrated in full, as a node's real cycles
+are: the worst case for ``usage``, which then works on every request. Needs root (slurmd).
 
 Memory: a ledger for ``--gpus`` GPUs, each held by one pod with one Slurm job's process on it
 (two owners per GPU), filled sample by sample; tracemalloc's figure and the process RSS
@@ -69,17 +75,19 @@ def restamped(payload: bytes) -> Callable[[], bytes]:
 
 
 def throughput(args: argparse.Namespace) -> None:
-    from k8s_throughput import interleaved
+    from k8s_throughput import attribution_line, interleaved
 
-    scenarios = ["k8s (node mode)", "k8s (node mode) + usage"]
+    scenarios = ["k8s + slurm", "k8s + slurm + usage"]
     best = interleaved(scenarios, args, restamped, ", a new sample time on every request")
     print(f"{'scenario':28} {'accepted/s':>10} {'pts/CPU-s':>10} {'p50 ms':>7} {'p99 ms':>7} {'RSS MiB':>8} {'lost':>5}")
     for name in scenarios:
         r = best[name]
         print(f"{name:28} {r['points_per_s']:>10,.0f} {r['points_per_cpu_s']:>10,.0f} {r['p50_ms']:>7.2f} "
               f"{r['p99_ms']:>7.2f} {r['rss_mib']:>8.1f} {r['lost']:>5}")
+    for name in scenarios:
+        print(f"{name}: resources attributed per request: {attribution_line(best[name])}")
     ratio = best[scenarios[1]]["points_per_cpu_s"] / best[scenarios[0]]["points_per_cpu_s"]
-    print(f"usage costs {1 - ratio:.1%} of the points per CPU-second (target: at most 10%)")
+    print(f"usage costs {1 - ratio:.1%} of the points per CPU-second against {scenarios[0]} (target: at most 10%)")
 
 
 def memory(gpus: int) -> None:
@@ -158,7 +166,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--pin", action="store_true", help="server on the last CPU; load and sink on the rest")
     parser.add_argument("--gpus", type=int, default=10_000)
-    parser.add_argument("--memory-only", action="store_true", help="skip the throughput part (no API server)")
+    parser.add_argument("--memory-only", action="store_true", help="skip the throughput part (no API server, no Slurm cluster)")
     args = parser.parse_args()
     memory(args.gpus)
     if not args.memory_only:
