@@ -14,8 +14,10 @@ Per resource, once per batch (never per data point):
 Job metadata comes from :class:`~gputally.processors.slurm.jobs.JobCache`; ``process`` only
 reads memory and queues lookups. Each answer is memoised under the resource's encoding until
 one of the caches it came from changes, because an entity sends the same resource every
-cycle and reading attributes from Python is the expensive part. A resource that already
-carries ``slurm.job.id`` is left alone (an upstream gputally attributed it).
+cycle and reading attributes from Python is the expensive part. The attributes are spliced
+into the request's encoding (:mod:`gputally.otlp.splice`), so its points are never decoded.
+A resource that already carries ``slurm.job.id`` is left alone (an upstream gputally
+attributed it).
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from prometheus_client import CollectorRegistry, Counter
 
 from gputally.errors import ConfigError
 from gputally.otlp.batch import Batch
-from gputally.otlp.signals import SIGNALS, Signal
+from gputally.otlp.signals import Signal
+from gputally.otlp.splice import split
 from gputally.pipeline.component import ComponentContext, RuntimeProcessor
 from gputally.processors.cgroup import CgroupInfo, parse_cgroup
 from gputally.util.tasks import supervised
@@ -211,7 +215,6 @@ class SlurmProcessor(RuntimeProcessor[SlurmRuntime]):
         super().__init__(runtime)
         self.config = runtime.config
         self.signal = signal
-        self._field = SIGNALS[signal].resource_field
         self._parsed: dict[str, CgroupInfo] = {}
         self._blobs: dict[tuple[Any, ...], bytes] = {}
         self._memos: dict[bytes, _Memo] = {}
@@ -231,17 +234,17 @@ class SlurmProcessor(RuntimeProcessor[SlurmRuntime]):
     # --- the hot path ----------------------------------------------------------------------
 
     async def process(self, batch: Batch) -> Batch | None:
-        changing = False
+        changed = False
         runtime = self.runtime
         counts = dict.fromkeys(runtime.by_source, 0)
         generation = runtime.generation()
         memos = self._memos
-        for entry in getattr(batch.message, self._field):
-            resource = entry.resource
-            # Reading attributes from Python costs ~0.4 us each; the resource's encoding is one C
-            # call, and an entity sends the same encoding every cycle. Answers are reused until
-            # one of the caches they came from changes (its generation grows).
-            key = resource.SerializeToString()
+        request = split(batch.serialize())  # resources as bytes: the points are never decoded
+        for entry in request.entries:
+            # Reading attributes from Python costs ~0.4 us each, and an entity sends the same
+            # resource encoding every cycle. Answers are reused until one of the caches they
+            # came from changes (its generation grows).
+            key = entry.resource
             memo = memos.get(key)
             if memo is not None and memo.generation == generation:
                 answer = memo.answer
@@ -250,21 +253,20 @@ class SlurmProcessor(RuntimeProcessor[SlurmRuntime]):
                 if answer.node is not None:
                     runtime.jobs.allocations(answer.node)  # keeps the node's allocations refreshed
             else:
-                answer = self._attribution(resource)
+                answer = self._attribution(Resource.FromString(key))
                 if len(memos) >= _MEMO_LIMIT:
                     memos.clear()
                 memos[key] = _Memo(generation, answer)
             if answer.source is not None:
                 counts[answer.source] += 1
-            if answer.blob is None:
-                continue
-            if not changing:  # the same message object: drops the cached encoding before the first change
-                batch.mutable()
-                changing = True
-            resource.MergeFromString(answer.blob)
+            if answer.blob is not None:
+                entry.resource = key + answer.blob  # appended KeyValues are added attributes
+                changed = True
         for source, count in counts.items():
             if count:
                 runtime.by_source[source].inc(count)
+        if changed:
+            batch.rewrite(request.SerializeToString())
         return batch
 
     def _attribution(self, resource: Any) -> _Answer:
