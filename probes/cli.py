@@ -16,7 +16,7 @@ from gputally.probes.nvml import cli as nvml_cli
 __all__ = ["register"]
 
 
-def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``probe`` command, with one subcommand per vendor, to the top-level parser."""
     probe = commands.add_parser(
         "probe", help="Run a node probe (nvml, amd, gaudi).", description="Node probes that send GPU telemetry."

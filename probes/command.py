@@ -44,7 +44,7 @@ OTEL_EXPORTER_OTLP_* (endpoint, headers, certificates, timeout, compression).
 
 
 def add_probe_parser(
-    probes: argparse._SubParsersAction,  # type: ignore[type-arg]
+    probes: argparse._SubParsersAction[argparse.ArgumentParser],
     name: str,
     *,
     text: str,

@@ -24,11 +24,12 @@ async def run_snapshot_probe(
 ) -> int:
     """A snapshot vendor's probe from parsed options; ``fmt`` names its recording format."""
     from gputally.probes.hints import ProcFs
+    from gputally.probes.procfacts import ProcessInfoSource
     from gputally.probes.snapshot_collector import SnapshotCollector
     from gputally.probes.snapshot_replay import SnapshotRecorder, SnapshotReplay
 
     budget = min(5.0, interval * 0.8)
-    opened = open_sources(
+    opened: tuple[SnapshotSource, ProcessInfoSource, str] | int = open_sources(
         args,
         replay=lambda path: both(SnapshotReplay.from_file(path)),
         live=lambda: (live(args, budget), ProcFs(args.proc_root)),

@@ -13,7 +13,7 @@ __all__ = ["live_source", "register", "run"]
 _HELP = "Read AMD GPUs through amdsmi (ROCm) and send OTLP (or print it with --debug)."
 
 
-def register(probes: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(probes: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``amd`` under ``gputally probe``."""
     parser = add_probe_parser(probes, "amd", text=_HELP, example="mi300x.json", source="the devices")
     parser.set_defaults(handler=_command, vendor="amd")

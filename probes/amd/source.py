@@ -137,7 +137,7 @@ class AmdsmiSource:
         if not self._handles:
             raise VendorUnavailable("amdsmi lists no AMD GPUs")
         self._static = [self._static_of(i, h) for i, h in enumerate(self._handles)]
-        driver = next((s["driver_info"] for s in self._static if isinstance(s.get("driver_info"), dict)), {})
+        driver: dict[str, Any] = next((s["driver_info"] for s in self._static if isinstance(s.get("driver_info"), dict)), {})
         return {"driver_version": driver.get("driver_version"), "driver_name": driver.get("driver_name")}
 
     def _call(self, index: int, name: str, fn: Callable[[], Any]) -> Any:

@@ -14,7 +14,7 @@ __all__ = ["live_source", "register", "run"]
 _HELP = "Read Intel Gaudi accelerators through hl-smi and send OTLP (or print it with --debug)."
 
 
-def register(probes: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(probes: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``gaudi`` under ``gputally probe``."""
     parser = add_probe_parser(probes, "gaudi", text=_HELP, example="gaudi3.json", source="the devices")
     parser.set_defaults(handler=_command, vendor="gaudi")

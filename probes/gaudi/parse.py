@@ -129,7 +129,7 @@ _PROCESS_ROW = re.compile(
 def parse_processes(text: str) -> list[tuple[int, int, int | None]]:
     """``(aip, pid, memory_bytes)`` from the "Compute Processes" table of ``hl-smi``'s summary.
     Rows of ``N/A`` (no process) and anything outside that table are ignored."""
-    out = []
+    out: list[tuple[int, int, int | None]] = []
     inside = False
     for line in text.splitlines():
         if "Compute Processes" in line or "Processes:" in line:

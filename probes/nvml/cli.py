@@ -16,7 +16,7 @@ __all__ = ["register"]
 _HELP = "Read NVIDIA GPUs through NVML and send OTLP (or print it with --debug)."
 
 
-def register(probes: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(probes: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``nvml`` under ``gputally probe``."""
     parser = add_probe_parser(probes, "nvml", text=_HELP, example="h200.json", source="NVML", devices="GPUs")
     parser.set_defaults(handler=_command)
@@ -33,8 +33,10 @@ async def run(args: argparse.Namespace, interval: float) -> int:
     from gputally.probes.nvml.live import NvmlSource
     from gputally.probes.nvml.record import RecordingSource
     from gputally.probes.nvml.replay import ReplaySource
+    from gputally.probes.nvml.source import DeviceSource
+    from gputally.probes.procfacts import ProcessInfoSource
 
-    opened = open_sources(
+    opened: tuple[DeviceSource, ProcessInfoSource, str] | int = open_sources(
         args,
         replay=lambda path: both(ReplaySource.from_file(path)),
         live=lambda: (NvmlSource(), ProcFs(args.proc_root)),
