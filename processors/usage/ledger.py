@@ -22,13 +22,13 @@ the caller says what time it is. Rules (the README's "Who pays" section says the
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from typing import Any
 
 from .config import UsageConfig
-from .observe import DeviceReading, ProcessReading, Sample
+from .observe import DeviceReading, Observation, ProcessReading, Sample
 from .owners import UNALLOCATED, Named, Owner, Value
 
 __all__ = ["OWNER_ID", "OWNER_KIND", "Account", "Device", "Event", "Ledger", "OwnerState"]
@@ -135,20 +135,26 @@ class Ledger:
         process: ProcessReading | None, *, arrived: float,
     ) -> None:
         """Hold one reading until it is settled; a reading for integrated time is ignored."""
-        state = self.devices.get(hw_id)
-        if state is None:
-            state = self.devices[hw_id] = Device(start_ns=self.start_ns)
-        if state.last_ns is not None and time_ns <= state.last_ns:
-            self.late += 1
-            return
-        sample = state.pending.get(time_ns)
-        if sample is None:
-            sample = state.pending[time_ns] = Sample(arrived=arrived)
-            self._pending.add(hw_id)
-        if device is not None:
-            sample.device = device
-        if process is not None:
-            sample.processes[process_key] = process
+        self.add_all(((hw_id, time_ns, device, process_key, process),), arrived=arrived)
+
+    def add_all(self, observations: Iterable[Observation], *, arrived: float) -> None:
+        """:meth:`add` for each ``(hw_id, time_ns, device, process key, process)`` of a request."""
+        devices, waiting = self.devices, self._pending
+        for hw_id, time_ns, device, process_key, process in observations:
+            state = devices.get(hw_id)
+            if state is None:
+                state = devices[hw_id] = Device(start_ns=self.start_ns)
+            if state.last_ns is not None and time_ns <= state.last_ns:
+                self.late += 1
+                continue
+            sample = state.pending.get(time_ns)
+            if sample is None:
+                sample = state.pending[time_ns] = Sample(arrived=arrived)
+                waiting.add(hw_id)
+            if device is not None:
+                sample.device = device
+            if process is not None:
+                sample.processes[process_key] = process
 
     def settle(self, now: float, *, everything: bool = False) -> None:
         """Integrate every held sample that arrived ``settle`` seconds ago (all with ``everything``)."""
@@ -187,6 +193,8 @@ class Ledger:
     # -- integration -----------------------------------------------------------------------
 
     def _integrate(self, hw_id: str, state: Device, t: int, sample: Sample) -> None:
+        # The hot path: every GPU sample of every node comes here, so the common case (one
+        # holder, its processes on the GPU) runs without a helper call per account.
         reading = sample.device
         assert reading is not None
         if reading.attributes:
@@ -196,7 +204,13 @@ class Ledger:
         previous = state.last_ns
         since = previous if previous is not None else t  # a counter begun now starts here
         see = self._see
-        holders = [see(named, hw_id, t) for named in reading.allocation] or [UNALLOCATED]
+        allocation = reading.allocation
+        if not allocation:
+            holders = [UNALLOCATED]
+        elif len(allocation) == 1:
+            holders = [see(allocation[0], hw_id, t)]
+        else:
+            holders = [see(named, hw_id, t) for named in allocation]
         by_owner: dict[Owner, list[float]] = {}  # owner -> [utilization sum, memory sum]
         for process in sample.processes.values():
             owner = see(process.owner, hw_id, t)
@@ -207,7 +221,14 @@ class Ledger:
                 totals[0] += process.utilization or 0.0
                 totals[1] += process.memory or 0.0
         accounts = state.accounts
-        self._peaks(accounts, since, holders, by_owner, reading)
+        for owner, (_, memory) in by_owner.items():
+            account = accounts.get(owner) or _opened(accounts, owner, since)
+            if memory > account.peak_memory:
+                account.peak_memory = memory
+        if not by_owner and len(holders) == 1 and holders[0] is not UNALLOCATED and reading.memory is not None:
+            # No process list at all (dcgm-exporter): the GPU's memory is its one holder's.
+            account = accounts.get(holders[0]) or _opened(accounts, holders[0], since)
+            account.peak_memory = max(account.peak_memory, reading.memory)
         state.last_ns = t
         if t > self.watermark:
             self.watermark = t
@@ -223,7 +244,8 @@ class Ledger:
             self._close_spells(hw_id, state, t, keep=())
             return
         state.observed += dt
-        busy = max(0.0, min(1.0, reading.utilization or 0.0)) * dt
+        utilization = reading.utilization or 0.0
+        busy = (utilization if 0.0 < utilization < 1.0 else 1.0 if utilization >= 1.0 else 0.0) * dt  # NaN: 0
         shares = _shares(busy, by_owner, holders)
         energy = 0.0
         if reading.energy_j is not None and energy_before is not None:
@@ -232,12 +254,12 @@ class Ledger:
                 energy = reading.energy_j
         if shares:
             for owner, share in shares.items():
-                account = _account(accounts, owner, since)
+                account = accounts.get(owner) or _opened(accounts, owner, since)
                 account.energy += energy * share
                 account.busy += busy * share
         else:
             for holder in holders:
-                _account(accounts, holder, since).energy += energy * (1 / len(holders))
+                (accounts.get(holder) or _opened(accounts, holder, since)).energy += energy * (1 / len(holders))
         self._share_time(hw_id, state, accounts, since, previous, t, dt, busy, shares, holders, by_owner)
 
     def _share_time(
@@ -248,8 +270,9 @@ class Ledger:
         idle_below = self.config.idle_below
         per = dt / len(holders)
         judged: list[Owner] = []
+        spells = False
         for holder in holders:
-            account = _account(accounts, holder, since)
+            account = accounts.get(holder) or _opened(accounts, holder, since)
             account.allocated += per
             account.present += per
             if holder is UNALLOCATED:
@@ -259,32 +282,25 @@ class Ledger:
             idle = busy * shares.get(holder, 0.0) / per < idle_below
             if idle:
                 account.idle += per
-            self._spell(hw_id, state, holder, account, previous, t, idle, "allocated")
+            if idle or account.idle_since is not None:
+                self._spell(hw_id, state, holder, account, previous, t, idle, "allocated")
             judged.append(holder)
         for owner, (_, memory) in by_owner.items():
             if owner in holders:
                 continue
-            account = _account(accounts, owner, since)
+            account = accounts.get(owner) or _opened(accounts, owner, since)
             account.present += dt
             if memory > 0:
                 idle = busy * shares.get(owner, 0.0) / dt < idle_below
-                self._spell(hw_id, state, owner, account, previous, t, idle, "holding")
+                if idle or account.idle_since is not None:
+                    self._spell(hw_id, state, owner, account, previous, t, idle, "holding")
                 judged.append(owner)
-        self._close_spells(hw_id, state, t, keep=judged)
-
-    @staticmethod
-    def _peaks(
-        accounts: dict[Owner, Account], since: int, holders: list[Owner], by_owner: dict[Owner, list[float]],
-        reading: DeviceReading,
-    ) -> None:
-        for owner, (_, memory) in by_owner.items():
-            account = _account(accounts, owner, since)
-            if memory > account.peak_memory:
-                account.peak_memory = memory
-        if not by_owner and len(holders) == 1 and holders[0] is not UNALLOCATED and reading.memory is not None:
-            # No process list at all (dcgm-exporter): the GPU's memory is its one holder's.
-            account = _account(accounts, holders[0], since)
-            account.peak_memory = max(account.peak_memory, reading.memory)
+        for owner, account in accounts.items():
+            if account.idle_since is not None and owner not in judged:
+                spells = True
+                break
+        if spells:
+            self._close_spells(hw_id, state, t, keep=judged)
 
     def _see(self, named: Named, hw_id: str, t: int) -> Owner:
         owner, attributes = named
@@ -462,10 +478,9 @@ class Ledger:
         return events
 
 
-def _account(accounts: dict[Owner, Account], owner: Owner, since: int) -> Account:
-    account = accounts.get(owner)
-    if account is None:
-        account = accounts[owner] = Account(start_ns=since)
+def _opened(accounts: dict[Owner, Account], owner: Owner, since: int) -> Account:
+    """A new account for ``owner`` on this GPU, counting from ``since``."""
+    account = accounts[owner] = Account(start_ns=since)
     return account
 
 
@@ -478,7 +493,8 @@ def _shares(busy: float, by_owner: dict[Owner, list[float]], holders: list[Owner
     if busy <= 0:
         return {}
     if len(by_owner) == 1:  # one owner runs on it (the common case): all of it
-        return dict.fromkeys(by_owner, 1.0)
+        for owner in by_owner:
+            return {owner: 1.0}
     weights = {owner: totals[0] for owner, totals in by_owner.items() if totals[0] > 0}
     total = sum(weights.values())
     if total > 0:

@@ -85,8 +85,7 @@ class UsageRuntime:
     def observe(self, raw: bytes) -> None:
         now = self.monotonic()
         ledger = self.ledger
-        for hw_id, time_ns, device, key, process in self.observer.observe(raw):
-            ledger.add(hw_id, time_ns, device, key, process, arrived=now)
+        ledger.add_all(self.observer.observe(raw), arrived=now)
         ledger.settle(now)
         self._collect_events()
 
