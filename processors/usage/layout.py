@@ -22,7 +22,7 @@ from typing import Any
 
 from opentelemetry.proto.metrics.v1.metrics_pb2 import NumberDataPoint
 
-__all__ = ["Layout", "Slot", "build"]
+__all__ = ["Layout", "Layouts", "Malformed", "Slot", "Wants", "build"]
 
 # Field numbers: opentelemetry/proto/collector/metrics/v1/metrics_service.proto and metrics/v1/metrics.proto.
 _REQUEST_RESOURCE_METRICS = 1
@@ -63,10 +63,10 @@ class Layout:
     skeleton: int
     values: struct.Struct
     times: struct.Struct
-    entries: tuple[tuple[object, tuple[Slot, ...]], ...]
+    entries: tuple[tuple[Any, tuple[Slot, ...]], ...]
     """(decision, wanted points) per resource the caller wants, in request order."""
     size: int
-    resolved: tuple[tuple[object, tuple[tuple[str, int, float], ...]], ...] = ()
+    resolved: tuple[tuple[Any, tuple[tuple[str, int, float], ...]], ...] = ()
     """Per entry, the one point of each role that counts when all points share one time:
     ``(role, value index, scale)``, the lowest rank first seen winning."""
     untimed: bool = False
@@ -135,24 +135,29 @@ def _once(seen: set[int], number: int) -> None:
     seen.add(number)
 
 
+@dataclass(frozen=True, slots=True)
+class Wants:
+    """What a layout reads: ``decide`` names each resource (None: not wanted), ``wanted`` gives
+    a decision's metric table (name -> role, scale, rank), points of ``tasked`` metrics count
+    only when ``general`` says so (given the point's attributes)."""
+
+    decide: Callable[[bytes], object | None]
+    wanted: Callable[[object], dict[str, tuple[str, float, int]]]
+    tasked: frozenset[str]
+    general: Callable[[Any], bool]
+
+
 class _Builder:
-    def __init__(
-        self,
-        raw: bytes,
-        decide: Callable[[bytes], object | None],
-        wanted: Callable[[object], dict[str, tuple[str, float, int]]],
-        tasked: frozenset[str],
-        general: Callable[[Any], bool],
-    ) -> None:
+    def __init__(self, raw: bytes, wants: Wants) -> None:
         self.raw = raw
-        self.decide = decide
-        self.wanted = wanted
-        self.tasked = tasked
-        self.general = general
+        self.decide = wants.decide
+        self.wanted = wants.wanted
+        self.tasked = wants.tasked
+        self.general = wants.general
         self.blanks: list[tuple[int, int]] = []
         self.value_format: list[tuple[int, str]] = []
         self.time_offsets: list[int] = []
-        self.entries: list[tuple[object, tuple[Slot, ...]]] = []
+        self.entries: list[tuple[Any, tuple[Slot, ...]]] = []
 
     def build(self) -> Layout:
         raw = self.raw
@@ -290,18 +295,9 @@ def _struct(fields: list[tuple[int, str]]) -> struct.Struct:
     return struct.Struct("<" + "".join(parts))
 
 
-def build(
-    raw: bytes,
-    *,
-    decide: Callable[[bytes], object | None],
-    wanted: Callable[[object], dict[str, tuple[str, float, int]]],
-    tasked: frozenset[str],
-    general: Callable[[Any], bool],
-) -> Layout:
-    """The layout of ``raw``: ``decide`` names each resource (None: not wanted), ``wanted`` gives a
-    decision's metric table (name -> role, scale, rank), points of ``tasked`` metrics count only
-    when ``general`` says so. Raises :class:`Malformed` where protobuf's own reading could differ."""
-    return _Builder(raw, decide, wanted, tasked, general).build()
+def build(raw: bytes, wants: Wants) -> Layout:
+    """The layout of ``raw``. Raises :class:`Malformed` where protobuf's own reading could differ."""
+    return _Builder(raw, wants).build()
 
 
 

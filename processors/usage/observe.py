@@ -19,7 +19,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from .layout import Layout, Layouts, build
+from .layout import Layout, Layouts, Wants, build
 from .owners import UNATTRIBUTED, Named, OwnerRules, Value
 
 __all__ = ["DEVICE_KEYS", "DeviceReading", "Observer", "ProcessReading", "Sample"]
@@ -154,6 +154,7 @@ class Observer:
     def __init__(self, rules: OwnerRules) -> None:
         self._rules = rules
         self._decisions: dict[bytes, _Decision | None] = {}
+        self._wants = Wants(decide=self._decide, wanted=_table, tasked=_TASKED, general=_general)
         self.layouts = Layouts(self._layout)
 
     def observe(self, raw: bytes) -> Iterator[Observation]:
@@ -171,7 +172,7 @@ class Observer:
             decision = self._decide(entry.resource)
             if decision is None:
                 continue
-            table = _PROCESS_METRICS if decision.process is not None else _DEVICE_METRICS
+            table = _table(decision)
             values: dict[int, dict[str, tuple[int, float]]] = {}
             for scope in entry.scope_metrics:
                 for metric in scope.metrics:
@@ -224,8 +225,7 @@ class Observer:
                 yield _observation(decision, time_ns, {role: value for role, (_, value) in roles.items()})
 
     def _layout(self, raw: bytes) -> Layout:
-        return build(raw, decide=self._decide, tasked=_TASKED, general=_general,
-                     wanted=lambda d: _PROCESS_METRICS if d.process is not None else _DEVICE_METRICS)
+        return build(raw, self._wants)
 
     def _decide(self, raw: bytes) -> _Decision | None:
         try:
@@ -265,6 +265,11 @@ def _hold(roles: dict[str, tuple[int, float]], role: str, rank: int, value: floa
     held = roles.get(role)
     if held is None or rank < held[0]:
         roles[role] = (rank, value)
+
+
+def _table(decision: Any) -> dict[str, tuple[str, float, int]]:
+    """The metrics read for a resource: a process's, or a GPU's."""
+    return _PROCESS_METRICS if decision.process is not None else _DEVICE_METRICS
 
 
 def _plan(decision: _Decision, roles: tuple[tuple[str, int, float], ...]) -> tuple[Any, ...]:

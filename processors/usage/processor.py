@@ -168,6 +168,23 @@ class UsageProcessor(RuntimeProcessor[UsageRuntime]):
         return self.runtime.take_events()
 
 
+_FAMILIES: tuple[tuple[str, type[GaugeMetricFamily] | type[CounterMetricFamily], str, tuple[str, ...]], ...] = (
+    ("owners", GaugeMetricFamily, "Owners with counters.", ()),
+    ("gpus", GaugeMetricFamily, "GPUs being integrated.", ()),
+    ("samples_ignored", CounterMetricFamily,
+     "Samples not integrated: late (their GPU was integrated past them, or duplicates), incomplete "
+     "(no GPU reading came), gap (further than max_gap from the one before).", ("reason",)),
+    ("owners_evicted", CounterMetricFamily, "Owners dropped to stay within max_owners.", ()),
+    ("events", CounterMetricFamily, "Events raised, by name.", ("event",)),
+    ("events_dropped", CounterMetricFamily,
+     "Events not sent: no logs pipeline lists the processor, or the queue was full.", ()),
+    ("requests_read", CounterMetricFamily,
+     "Requests read for usage: through a cached layout (numbers at known offsets), or the general way "
+     "(a parse; a new or changing request shape, or no room left for layouts).", ("way",)),
+    ("layout_bytes", GaugeMetricFamily, "Bytes held by cached request layouts.", ()),
+)
+
+
 class UsageCollector(Collector):
     """``gputally_usage_*`` self-metrics for every usage runtime of a service, read at scrape time."""
 
@@ -175,44 +192,28 @@ class UsageCollector(Collector):
         self._runtimes = runtimes
 
     def collect(self) -> Iterator[Metric]:
-        owners = GaugeMetricFamily("gputally_usage_owners", "Owners with counters.", labels=["processor"])
-        gpus = GaugeMetricFamily("gputally_usage_gpus", "GPUs being integrated.", labels=["processor"])
-        samples = CounterMetricFamily(
-            "gputally_usage_samples_ignored",
-            "Samples not integrated: late (their GPU was integrated past them, or duplicates), incomplete "
-            "(no GPU reading came), gap (further than max_gap from the one before).",
-            labels=["processor", "reason"],
-        )
-        evicted = CounterMetricFamily("gputally_usage_owners_evicted", "Owners dropped to stay within max_owners.",
-                                      labels=["processor"])
-        events = CounterMetricFamily("gputally_usage_events", "Events raised, by name.", labels=["processor", "event"])
-        dropped = CounterMetricFamily(
-            "gputally_usage_events_dropped", "Events not sent: no logs pipeline lists the processor, or the queue was full.",
-            labels=["processor"],
-        )
-        reads = CounterMetricFamily(
-            "gputally_usage_requests_read",
-            "Requests read for usage: through a cached layout (numbers at known offsets), or the general way "
-            "(a parse; a new or changing request shape, or no room left for layouts).",
-            labels=["processor", "way"],
-        )
-        layout_bytes = GaugeMetricFamily("gputally_usage_layout_bytes", "Bytes held by cached request layouts.",
-                                         labels=["processor"])
-        for name, runtime in sorted(self._runtimes.items()):
-            layouts = runtime.observer.layouts
-            reads.add_metric([name, "layout"], layouts.hits)
-            reads.add_metric([name, "general"], layouts.requests - layouts.hits)
-            layout_bytes.add_metric([name], layouts.held)
-            ledger = runtime.ledger
-            owners.add_metric([name], len(ledger.owners))
-            gpus.add_metric([name], len(ledger.devices))
-            for reason, count in (("late", ledger.late), ("incomplete", ledger.incomplete), ("gap", ledger.gaps)):
-                samples.add_metric([name, reason], count)
-            evicted.add_metric([name], ledger.evicted)
-            for event, count in sorted(runtime.event_counts.items()):
-                events.add_metric([name, event], count)
-            dropped.add_metric([name], runtime.events_dropped)
-        yield from (owners, gpus, samples, evicted, events, dropped, reads, layout_bytes)
+        families = {name: kind(f"gputally_usage_{name}", text, labels=["processor", *labels])
+                    for name, kind, text, labels in _FAMILIES}
+        for processor, runtime in sorted(self._runtimes.items()):
+            for name, labels, value in _samples(runtime):
+                families[name].add_metric([processor, *labels], value)
+        yield from families.values()
+
+
+def _samples(runtime: UsageRuntime) -> Iterator[tuple[str, tuple[str, ...], float]]:
+    """``(family, label values, value)`` of one runtime's self-metrics."""
+    ledger, layouts = runtime.ledger, runtime.observer.layouts
+    yield "owners", (), len(ledger.owners)
+    yield "gpus", (), len(ledger.devices)
+    for reason, count in (("late", ledger.late), ("incomplete", ledger.incomplete), ("gap", ledger.gaps)):
+        yield "samples_ignored", (reason,), count
+    yield "owners_evicted", (), ledger.evicted
+    for event, count in sorted(runtime.event_counts.items()):
+        yield "events", (event,), count
+    yield "events_dropped", (), runtime.events_dropped
+    yield "requests_read", ("layout",), layouts.hits
+    yield "requests_read", ("general",), layouts.requests - layouts.hits
+    yield "layout_bytes", (), layouts.held
 
 
 class _Share:
