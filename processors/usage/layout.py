@@ -22,7 +22,7 @@ from typing import Any
 
 from opentelemetry.proto.metrics.v1.metrics_pb2 import NumberDataPoint
 
-__all__ = ["Layout", "Layouts", "Malformed", "Slot", "Wants", "build"]
+__all__ = ["Layout", "Malformed", "Slot", "Wants", "build", "varint"]
 
 # Field numbers: opentelemetry/proto/collector/metrics/v1/metrics_service.proto and metrics/v1/metrics.proto.
 _REQUEST_RESOURCE_METRICS = 1
@@ -89,7 +89,8 @@ class Layout:
         return 2 * self.size + 64 * sum(len(slots) for _, slots in self.entries) + 512
 
 
-def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+def varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """The varint at ``buf[pos:end]`` and the position after it."""
     result = shift = 0
     while True:
         if pos >= end:
@@ -107,17 +108,17 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
 def _fields(buf: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
     """``(field number, wire type, value start, value end)`` of each field in ``buf[pos:end]``."""
     while pos < end:
-        key, pos = _varint(buf, pos, end)
+        key, pos = varint(buf, pos, end)
         number, wire = key >> 3, key & 7
         if number == 0:
             raise Malformed("field number 0")
         if wire == _VARINT:
             start = pos
-            _, pos = _varint(buf, pos, end)
+            _, pos = varint(buf, pos, end)
         elif wire == _I64:
             start, pos = pos, pos + 8
         elif wire == _LEN:
-            length, start = _varint(buf, pos, end)
+            length, start = varint(buf, pos, end)
             pos = start + length
         elif wire == _I32:
             start, pos = pos, pos + 4
@@ -298,120 +299,3 @@ def _struct(fields: list[tuple[int, str]]) -> struct.Struct:
 def build(raw: bytes, wants: Wants) -> Layout:
     """The layout of ``raw``. Raises :class:`Malformed` where protobuf's own reading could differ."""
     return _Builder(raw, wants).build()
-
-
-
-
-def _first_resource(raw: bytes) -> bytes:
-    """The first resource's bytes, when the request starts with one (as every encoder writes
-    it): with the length, the cache key of a request's shape. It names a node's first GPU and
-    host, and holds no number that changes from cycle to cycle."""
-    try:
-        if raw[:1] == b"\x0a":
-            _, pos = _varint(raw, 1, len(raw))
-            if raw[pos:pos + 1] == b"\x0a":
-                length, pos = _varint(raw, pos + 1, len(raw))
-                return raw[pos:pos + length]
-    except Malformed:
-        pass
-    return b""
-_SWEEP_EVERY = 1024
-_UNSTABLE_FOR = 256
-_MAX_KEYS = 65_536
-
-
-class Layouts:
-    """Layouts by request shape, within a byte budget.
-
-    A shape is built on its second sighting (a request seen once is read the general way: a
-    build costs several general reads). A layout that misses before it ever hit is of a shape
-    that keeps changing (a varint that counts, an exemplar): that shape is read the general way
-    for the next 256 of its requests before another try. When the budget is spent, no layout is
-    added until a sweep (at most every 1,024 requests) drops the ones unused since the last;
-    layouts in use are never pushed out by newcomers, so a fleet larger than the budget reads
-    its overflow the general way instead of rebuilding in turn.
-    """
-
-    def __init__(self, build: Callable[[bytes], Layout], *, budget: int = 32 << 20) -> None:
-        self._build = build
-        self._budget = budget
-        self._held = 0
-        self._entries: dict[tuple[int, int], Layout | int] = {}
-        """A layout, or an int: its sightings (> 0), or the requests left before a retry (< 0)."""
-        self._used: set[tuple[int, int]] = set()
-        self._requests = 0
-        self._last_sweep = 0
-        self.builds = 0
-        self.hits = 0
-
-    def lookup(self, raw: bytes) -> Layout | None:
-        """The layout ``raw`` matches (built now if its time has come), or None: read it the general way."""
-        self._requests += 1
-        key = (len(raw), hash(_first_resource(raw)))
-        entry = self._entries.get(key)
-        if isinstance(entry, Layout):
-            if entry.matches(raw):
-                entry.hits += 1
-                self.hits += 1
-                self._used.add(key)
-                return entry
-            self._forget(key, entry)
-            if entry.hits == 0:
-                self._entries[key] = -_UNSTABLE_FOR
-                return None
-        elif entry is None:
-            if len(self._entries) >= _MAX_KEYS:
-                self._sweep(force=True)
-            self._entries[key] = 1
-            return None
-        elif entry < 0:
-            self._entries[key] = entry + 1
-            return None
-        return self._admit(key, raw)
-
-    def _admit(self, key: tuple[int, int], raw: bytes) -> Layout | None:
-        if self._held + 2 * len(raw) > self._budget and not self._sweep():
-            self._entries[key] = 1
-            return None
-        try:
-            layout = self._build(raw)
-        except Malformed:
-            self._entries[key] = -_UNSTABLE_FOR
-            return None
-        self.builds += 1
-        if self._held + layout.footprint > self._budget:  # more slots than estimated: read, not kept
-            self._entries[key] = -_UNSTABLE_FOR
-            return layout
-        self._entries[key] = layout
-        self._held += layout.footprint
-        self._used.add(key)
-        return layout
-
-    def _sweep(self, *, force: bool = False) -> bool:
-        """Drop what was not used since the last sweep; True if room was made."""
-        if not force and self._requests - self._last_sweep < _SWEEP_EVERY:
-            return False
-        self._last_sweep = self._requests
-        held = self._held
-        for key, entry in list(self._entries.items()):
-            if isinstance(entry, Layout):
-                if key not in self._used:
-                    self._forget(key, entry)
-            elif force or key not in self._used:  # sightings are cheap to lose
-                del self._entries[key]
-        self._used = set()
-        return self._held < held
-
-    def _forget(self, key: tuple[int, int], layout: Layout) -> None:
-        self._held -= layout.footprint
-        del self._entries[key]
-
-    @property
-    def held(self) -> int:
-        """Bytes the layouts hold."""
-        return self._held
-
-    @property
-    def requests(self) -> int:
-        """Requests looked up (``hits`` of them read through a layout)."""
-        return self._requests

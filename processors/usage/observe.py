@@ -19,7 +19,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from .layout import Layout, Layouts, Wants, build
+from .layout import Layout, Wants, build
+from .layouts import Layouts
 from .owners import UNATTRIBUTED, Named, OwnerRules, Value
 
 __all__ = ["DEVICE_KEYS", "DeviceReading", "Observer", "ProcessReading", "Sample"]

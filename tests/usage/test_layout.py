@@ -20,7 +20,8 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 from gputally.otlp.wire import encode_varint
 from gputally.processors.usage.config import UsageConfig
-from gputally.processors.usage.layout import Layout, Layouts, Malformed
+from gputally.processors.usage.layout import Layout, Malformed
+from gputally.processors.usage.layouts import Layouts
 from gputally.processors.usage.observe import Observer
 from gputally.processors.usage.owners import OwnerRules
 from tests.usage.series import HOLDER_PID, NOTEBOOK_PID, TRAINER_PID, probe_requests, recording, with_attributes
@@ -220,7 +221,7 @@ class TestLayouts:
         for flags in range(1, 128):  # a varint that changes on every request: never the same skeleton
             point.flags = flags
             layouts.lookup(counted.SerializeToString())
-        assert len(built) == 1 and layouts.hits == 0
+        assert len(built) == 4 and layouts.hits == 0  # its free builds, then it rests
 
     def test_a_full_budget_reads_newcomers_the_general_way(self, probe_series: list[bytes]) -> None:
         budget = 3 * len(probe_series[0])
@@ -254,3 +255,21 @@ def test_a_sweep_makes_room_for_the_shapes_in_use(probe_series: list[bytes]) -> 
         found = layouts.lookup(new)
     assert found is not None and found.matches(new) and len(built) == 2
     assert layouts.lookup(gone) is None  # swept: its next request is a first sighting again
+
+
+def test_two_shapes_under_one_key_both_keep_their_layouts(probe_series: list[bytes]) -> None:
+    """Two requests alike in length and first resource (one node's shapes, or two nodes') alternate."""
+    built: list[bytes] = []
+    reader = observer()
+    layouts = Layouts(lambda raw: built.append(raw) or reader._layout(raw))
+    first = probe_series[1]
+    request = ExportMetricsServiceRequest.FromString(first)
+    last = request.resource_metrics[-1].resource.attributes
+    host = next(kv for kv in last if kv.key == "host.name")
+    host.value.string_value = host.value.string_value[:-1] + "Z"
+    second = request.SerializeToString()
+    assert len(second) == len(first)
+    for _ in range(20):
+        layouts.lookup(first)
+        layouts.lookup(second)
+    assert len(built) == 2 and layouts.hits == 40 - 3
