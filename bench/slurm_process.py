@@ -81,10 +81,10 @@ async def main(seconds: float) -> None:
     proc = SlurmProcessor(SlurmRuntime(config, backend=Cached(jobs), node_name="gpu01"), signal=Signal.METRICS)
     await proc.start()
     await proc.process(Batch.decode(Signal.METRICS, raw))
-    await proc.settle()
+    await proc.lookups_answered()
     for _ in range(2):
         await proc.process(Batch.decode(Signal.METRICS, raw))
-        await proc.settle()
+        await proc.lookups_answered()
 
     async def baseline() -> None:
         batch = Batch.decode(Signal.METRICS, raw)

@@ -115,7 +115,7 @@ def check_metadata(cluster: Any, jobs: list[SlurmJob], payload: bytes) -> None:
             for _ in range(3):  # the jobs from their cgroups, then their metadata and GRES GPUs
                 batch = Batch.decode(Signal.METRICS, payload)
                 await processor.process(batch)
-                await asyncio.wait_for(processor.settle(), 30)
+                await asyncio.wait_for(processor.lookups_answered(), 30)
         finally:
             await processor.shutdown()
         return [{kv.key: getattr(kv.value, kv.value.WhichOneof("value") or "string_value")

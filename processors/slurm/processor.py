@@ -227,7 +227,7 @@ class SlurmProcessor(RuntimeProcessor[SlurmRuntime]):
     def registry(self) -> CollectorRegistry:
         return self.runtime.registry
 
-    async def settle(self) -> None:
+    async def lookups_answered(self) -> None:
         """Wait until every lookup queued so far has been answered (for tests and one-shot tools)."""
         await self.runtime.settle()
 

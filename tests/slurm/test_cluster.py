@@ -28,7 +28,7 @@ def batch_of(*resource_attrs: dict[str, Any]) -> Batch:
 async def attribute(proc: SlurmProcessor, *resource_attrs: dict[str, Any]) -> list[dict[str, Any]]:
     """The ``slurm.*`` attributes of each resource once the processor has looked everything up."""
     await proc.process(batch_of(*resource_attrs))  # the first sight queues lookups
-    await asyncio.wait_for(proc.settle(), 15)
+    await asyncio.wait_for(proc.lookups_answered(), 15)
     out = await proc.process(batch_of(*resource_attrs))
     assert out is not None
     return [slurm(attributes(r)) for r in resources(reencoded(out))]
@@ -163,7 +163,7 @@ async def test_process_outside_any_job_is_left_alone(
 ) -> None:
     resource = slurm_jobs.outside.resource(host=slurm_cluster.node)
     await processor.process(batch_of(resource))
-    await asyncio.wait_for(processor.settle(), 15)  # its /proc was read too: nothing there either
+    await asyncio.wait_for(processor.lookups_answered(), 15)  # its /proc was read too: nothing there either
     batch = batch_of(resource)
     raw = batch.serialize()
     out = await processor.process(batch)

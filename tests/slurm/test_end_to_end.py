@@ -102,7 +102,7 @@ async def test_probe_data_through_a_service_gets_slurm_attributes(
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             export = channel.unary_unary(METRICS_EXPORT)
             await export(request, timeout=5)
-            await asyncio.wait_for(processor.settle(), 15)
+            await asyncio.wait_for(processor.lookups_answered(), 15)
             await export(request, timeout=5)
         deadline = time.monotonic() + 10
         while len(otlp_sink.received[SERVICE]) < 2:

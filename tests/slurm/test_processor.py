@@ -66,7 +66,7 @@ def points(n: int) -> list[Any]:
 
 async def settled(proc: SlurmProcessor, *resource_attrs: dict[str, Any]) -> list[dict[str, Any]]:
     await proc.process(metrics_batch(*(resource_metrics(r, points(3)) for r in resource_attrs)))
-    await asyncio.wait_for(proc.settle(), 5)
+    await asyncio.wait_for(proc.lookups_answered(), 5)
     out = await proc.process(metrics_batch(*(resource_metrics(r, points(3)) for r in resource_attrs)))
     assert out is not None
     return [attributes(r) for r in resources(reencoded(out))]
