@@ -25,6 +25,7 @@ from gputally.errors import Refused
 from gputally.otlp.batch import Batch, Signal
 from gputally.pipeline.component import Exporter, FailurePolicy, Processor, ProcessorFailed
 from gputally.telemetry import ProcessorMetrics
+from gputally.util.once import Once
 from gputally.util.tasks import supervised
 
 __all__ = ["FanOut", "Pipeline", "Stage", "failures_counter"]
@@ -81,7 +82,7 @@ class Pipeline:
         self.stages = stages
         self._exporters = [exporter for _, exporter in exporters]
         self._flushers: list[asyncio.Task[None]] = []
-        self._failed_once: set[str] = set()
+        self._failure_logged: Once[str] = Once()
         self.durable = any(exporter.durable for exporter in self._exporters)
         """Whether acknowledged data survives a crash: processors that hold data then defer
         acknowledgements until it reached the exporters."""
@@ -153,8 +154,7 @@ class Pipeline:
         policy = FailurePolicy(stage.processor.on_failure)
         outcome = _OUTCOMES[policy]
         self._failures.labels(processor=stage.id, signal=self.signal.value, outcome=outcome).inc(batch.items)
-        if stage.id not in self._failed_once:  # the traceback once; every batch is counted
-            self._failed_once.add(stage.id)
+        if self._failure_logged.first(stage.id):  # the traceback once; every batch is counted
             log.exception("processor %s failed in pipeline %s; its policy is %r: data %s (logged once, counted in "
                           "gputally_processor_failed_items_total)", stage.id, self.id, policy.value, outcome)
         if policy is FailurePolicy.PASS:
