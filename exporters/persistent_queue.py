@@ -73,7 +73,7 @@ def _scan(directory: Path) -> tuple[list[Entry], int]:
                 log.warning("sending queue %s: ignoring unexpected file %s", directory, path.name)
             continue
         seq, signal, items = match.groups()
-        found.append((int(seq), Entry(Signal(signal), int(items), path=path)))
+        found.append((int(seq), Entry(Signal(signal), int(items), path=path, size=path.stat().st_size)))
     found.sort(key=lambda pair: pair[0])
     next_seq = found[-1][0] + 1 if found else 0
     return [entry for _, entry in found], next_seq
@@ -145,5 +145,6 @@ class PersistentQueue(MemoryQueue):
     async def _store(self, batch: Batch) -> Entry:
         seq, self._next_seq = self._next_seq, self._next_seq + 1
         name = f"{seq:020d}.{batch.signal.value}.{batch.items}.otlp"
-        path = await asyncio.to_thread(_write_durably, self.directory, name, batch.serialize())
-        return Entry(batch.signal, batch.items, batch, path)
+        raw = batch.serialize()
+        path = await asyncio.to_thread(_write_durably, self.directory, name, raw)
+        return Entry(batch.signal, batch.items, batch, path, len(raw))

@@ -2,8 +2,10 @@
 
 The bound counts batches waiting, not those being sent. ``put`` refuses instead of waiting,
 so a full queue turns into backpressure on the sender (``Refused``), never into unbounded
-memory. :class:`~gputally.exporters.persistent_queue.PersistentQueue` keeps the same queue on
-disk.
+memory. A consumer takes the oldest batch (``get``) and, to send several as one request,
+the batches of the same signal queued right behind it (``following``), within a count and a
+byte size. :class:`~gputally.exporters.persistent_queue.PersistentQueue` keeps the same queue
+on disk.
 """
 
 from __future__ import annotations
@@ -27,6 +29,15 @@ class Entry:
     items: int
     batch: Batch | None = None
     path: Path | None = None
+    size: int | None = None
+    """The encoding's bytes when known without encoding (a file's size); else from ``batch``."""
+
+    def request_bytes(self) -> int:
+        """The size of the batch's encoding: what it adds to a request."""
+        if self.size is None:
+            assert self.batch is not None
+            self.size = len(self.batch.serialize())
+        return self.size
 
 
 class MemoryQueue:
@@ -75,6 +86,24 @@ class MemoryQueue:
             entry = self._entries.popleft()
         self._on_size(len(self._entries))
         return entry
+
+    def following(self, first: Entry, *, count: int, size: int) -> list[Entry]:
+        """Take the batches waiting right behind ``first`` (already taken) that share its signal,
+        oldest first, at most ``count`` of them and ``size`` bytes of encoding together; never
+        waits. The first batch of another signal ends the run, so each signal stays in order."""
+        taken: list[Entry] = []
+        entries = self._entries
+        while entries and len(taken) < count:
+            head = entries[0]
+            if head.signal is not first.signal:
+                break
+            size -= head.request_bytes()
+            if size < 0:
+                break
+            taken.append(entries.popleft())
+        if taken:
+            self._on_size(len(entries))
+        return taken
 
     async def read(self, entry: Entry) -> Batch:
         """The entry's batch, loaded from storage if need be."""

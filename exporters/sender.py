@@ -2,10 +2,19 @@
 
 ``export`` only enqueues (or, with ``sending_queue.enabled: false``, sends inline), so a slow
 backend turns into a full queue and then into ``Refused`` backpressure, never into a stalled
-receiver. ``num_consumers`` tasks take batches from the queue and send each with retry.
+receiver. ``num_consumers`` tasks take batches from the queue and send them with retry; when
+batches of one signal wait behind the one a consumer takes, it sends them with it as one
+request (their encodings concatenated: no decoding), up to ``max_request_batches`` batches
+and ``max_request_bytes``, so a backlog costs one call per several batches. Each batch keeps
+its own outcome: it is counted, told to listeners and (on disk) deleted as if sent alone. A
+combined request the backend refuses for good (or that trips a bug) is sent again batch by
+batch, so one bad batch, or a request over the backend's size limit, loses only itself. A
+partial success's rejected items are the request's: the counters are exact per signal, and
+listeners hear them charged to the request's batches in order (the backend does not say
+which batch held them).
 
 Shutdown stops intake, then stops retry (waking every backoff), then lets the consumers drain
-the queue with one attempt per batch until the queue is empty, the backend fails (no point
+the queue with one attempt per request until the queue is empty, the backend fails (no point
 trying the rest) or ``shutdown_timeout`` passes. What is left stays on disk with persistent
 storage, and is counted as ``send_failed`` in memory.
 """
@@ -29,9 +38,16 @@ from gputally.otlp.batch import Batch, Signal
 from gputally.pipeline.component import ComponentContext, Exporter
 from gputally.telemetry import ExporterMetrics
 
-__all__ = ["DeliveryListener", "QueuedExporter"]
+__all__ = ["MAX_REQUEST_BATCHES", "MAX_REQUEST_BYTES", "DeliveryListener", "QueuedExporter"]
 
 log = logging.getLogger(__name__)
+
+MAX_REQUEST_BATCHES = 64
+"""Most queued batches sent as one request."""
+MAX_REQUEST_BYTES = 4 * 2**20
+"""Most bytes of encoding in a request of several batches: gRPC's default receive limit
+(the Collector's OTLP receiver keeps it), so a combined request is never one a default
+backend refuses where its batches alone would pass. A larger batch is still sent, alone."""
 
 
 class _Reachability:
@@ -92,13 +108,19 @@ class QueuedExporter(Exporter):
         shutdown_timeout: float,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        max_request_batches: int = MAX_REQUEST_BATCHES,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
     ) -> None:
+        if max_request_batches < 1:
+            raise ValueError("max_request_batches must be at least 1")
         self._id = exporter_id
         self._transport = transport
         self._retry_settings = retry
         self._queue_settings = queue
         self._metrics = metrics
         self._shutdown_timeout = shutdown_timeout
+        self._max_request_batches = max_request_batches
+        self._max_request_bytes = max_request_bytes
         self._retrier = Retrier(retry, clock=clock, rng=rng)
         self._throttle = LogThrottle(log)
         self._reachability = _Reachability(exporter_id, transport.description)
@@ -208,7 +230,8 @@ class QueuedExporter(Exporter):
         return self._retry_settings.initial_interval or 1.0
 
     async def _export_inline(self, batch: Batch) -> None:
-        result = await self._deliver(batch)
+        result = await self._deliver([batch])
+        assert result is not None
         if result.outcome in (Outcome.EXHAUSTED, Outcome.STOPPED):
             # Not counted as failed: the sender is told to retry, so the data is not lost yet.
             hint = result.retry_after if result.retry_after is not None else self._backoff_hint()
@@ -222,59 +245,113 @@ class QueuedExporter(Exporter):
             entry = await self._queue.get()
             if entry is None:
                 return
-            self._in_flight.add(entry)
-            try:
-                outcome = await self._send_entry(entry)
-            except Exception:
-                # A bug, not a backend failure: count the batch as lost and keep consuming.
-                log.exception("%s: unexpected error sending a %s batch; dropping it", self._id, entry.signal)
-                self._metrics.send_failed[entry.signal].inc(entry.items)
-                self._settled(entry.signal, 0, entry.items, None)
-                outcome = Outcome.PERMANENT
+            group = [entry, *self._queue.following(entry, count=self._max_request_batches - 1,
+                                                   size=self._max_request_bytes - entry.request_bytes())]
+            self._in_flight.update(group)
+            await self._send_group(group)
+
+    async def _send_group(self, entries: list[Entry]) -> None:
+        """Send ``entries`` (one signal) as one request, or alone when the backend refused them
+        together; each entry is finished as soon as its outcome is known."""
+        loaded: list[tuple[Entry, Batch]] = []
+        for entry in entries:
+            batch = await self._load(entry)
+            if batch is None:
+                await self._finish([entry], Outcome.PERMANENT)
+            else:
+                loaded.append((entry, batch))
+        if len(loaded) > 1:
+            outcome = await self._send([batch for _, batch in loaded], split_refused=True)
+            if outcome is not None:
+                await self._finish([entry for entry, _ in loaded], outcome)
+                return
+            log.debug("%s: backend refused %d %s batches sent together; sending each alone",
+                      self._id, len(loaded), loaded[0][0].signal)
+        for entry, batch in loaded:
+            outcome = await self._send([batch])
+            assert outcome is not None
+            await self._finish([entry], outcome)
+
+    async def _load(self, entry: Entry) -> Batch | None:
+        """The entry's batch; None (counted, told) when its file cannot be read."""
+        try:
+            return await self._queue.read(entry)
+        except OSError as exc:
+            log.error("%s: cannot read queued batch %s: %s; dropping it", self._id, entry.path, exc)
+            self._metrics.send_failed[entry.signal].inc(entry.items)
+            self._settled(entry.signal, 0, entry.items, exc)
+            return None
+
+    async def _finish(self, entries: list[Entry], outcome: Outcome) -> None:
+        """Entries whose batches were settled: kept for later when shutdown stopped them, else
+        removed from the queue (their files deleted)."""
+        for entry in entries:
             self._in_flight.discard(entry)
-            if outcome is Outcome.STOPPED:
-                self._stranded.append(entry)
-                continue
+        if outcome is Outcome.STOPPED:
+            self._stranded.extend(entries)
+            return
+        for entry in entries:
             try:
                 await self._queue.done(entry)
             except OSError as exc:
                 self._throttle.log("remove", logging.ERROR, "%s: cannot remove finished batch %s (%s); "
                                    "it will be sent again after a restart", self._id, entry.path, exc)
 
-    async def _send_entry(self, entry: Entry) -> Outcome:
+    async def _send(self, batches: list[Batch], *, split_refused: bool = False) -> Outcome | None:
+        """Send ``batches`` as one request with retry and account for each; None when
+        ``split_refused`` and the request was refused for good or raised (nothing counted)."""
+        signal, items = batches[0].signal, sum(b.items for b in batches)
         try:
-            batch = await self._queue.read(entry)
-        except OSError as exc:
-            log.error("%s: cannot read queued batch %s: %s; dropping it", self._id, entry.path, exc)
-            self._metrics.send_failed[entry.signal].inc(entry.items)
-            self._settled(entry.signal, 0, entry.items, exc)
+            result = await self._deliver(batches, split_refused=split_refused)
+        except Exception:
+            if split_refused:  # perhaps one batch's doing (an encoding a transport trips on): each alone
+                log.debug("%s: unexpected error sending %d %s batches together", self._id, len(batches), signal,
+                          exc_info=True)
+                return None
+            # A bug, not a backend failure: count the batch as lost and keep consuming.
+            log.exception("%s: unexpected error sending %d %s items; dropping them", self._id, items, signal)
+            self._metrics.send_failed[signal].inc(items)
+            for batch in batches:
+                self._settled(signal, 0, batch.items, None)
             return Outcome.PERMANENT
-        result = await self._deliver(batch)
+        if result is None:
+            return None
         if result.outcome is Outcome.EXHAUSTED:
-            self._metrics.send_failed[batch.signal].inc(batch.items)
-            self._settled(batch.signal, 0, batch.items, result.error)
-            self._throttle.log("exhausted", logging.ERROR, "%s: giving up on a %s batch of %d items: %s",
-                               self._id, batch.signal, batch.items, result.error)
+            self._metrics.send_failed[signal].inc(items)
+            for batch in batches:
+                self._settled(signal, 0, batch.items, result.error)
+            self._throttle.log("exhausted", logging.ERROR, "%s: giving up on %d %s items: %s",
+                               self._id, items, signal, result.error)
         return result.outcome
 
-    async def _deliver(self, batch: Batch) -> Result[Receipt]:
-        """Send with retry; count what was sent and what was refused for good."""
-        result = await self._retrier.run(lambda: self._attempt(batch))
-        signal = batch.signal
+    async def _deliver(self, batches: list[Batch], *, split_refused: bool = False) -> Result[Receipt] | None:
+        """Send ``batches`` (one signal) as one request with retry; count what was sent and what
+        was refused for good. None, with nothing counted, when ``split_refused`` and the
+        backend refused the request for good."""
+        request = Batch.concat(batches)
+        result = await self._retrier.run(lambda: self._attempt(request))
+        signal, items = request.signal, request.items
         if result.outcome is Outcome.SENT:
             receipt = result.value or Receipt()
-            rejected = min(max(receipt.rejected, 0), batch.items)
-            self._metrics.sent[signal].inc(batch.items - rejected)
-            self._settled(signal, batch.items - rejected, rejected, None)
+            rejected = min(max(receipt.rejected, 0), items)
+            self._metrics.sent[signal].inc(items - rejected)
+            unassigned = rejected
+            for batch in batches:
+                mine = min(unassigned, batch.items)
+                unassigned -= mine
+                self._settled(signal, batch.items - mine, mine, None)
             if rejected:
                 self._metrics.send_failed[signal].inc(rejected)
                 self._throttle.log("partial", logging.WARNING, "%s: backend rejected %d of %d %s items: %s",
-                                   self._id, rejected, batch.items, signal, receipt.message)
+                                   self._id, rejected, items, signal, receipt.message)
         elif result.outcome is Outcome.PERMANENT:
-            self._metrics.send_failed[signal].inc(batch.items)
-            self._settled(signal, 0, batch.items, result.error)
-            self._throttle.log("permanent", logging.ERROR, "%s: backend refused a %s batch of %d items: %s",
-                               self._id, signal, batch.items, result.error)
+            if split_refused:
+                return None
+            self._metrics.send_failed[signal].inc(items)
+            for batch in batches:
+                self._settled(signal, 0, batch.items, result.error)
+            self._throttle.log("permanent", logging.ERROR, "%s: backend refused %d %s items: %s",
+                               self._id, items, signal, result.error)
         return result
 
     async def _attempt(self, batch: Batch) -> Receipt:

@@ -2,6 +2,7 @@
 
 Sinks are scripted: queued replies (errors, throttles) are used first, then the default
 (success). Each call is recorded with its arrival time, so tests can measure retry waits.
+:class:`FakeTransport` is the in-process transport for tests of the queued exporter itself.
 Tests reach everything through fixtures (``--import-mode=importlib`` forbids importing
 conftest).
 """
@@ -29,7 +30,11 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from gputally.config.types import QueueSettings, RetrySettings
+from gputally.exporters.sender import QueuedExporter
+from gputally.exporters.transport import Receipt
 from gputally.otlp.batch import Batch, Signal
+from gputally.otlp.signals import SIGNALS
 from gputally.pipeline.component import ComponentContext, Exporter
 from gputally.telemetry import SelfTelemetry
 from harness.processes import free_port as harness_free_port
@@ -56,6 +61,48 @@ def _retry_info_status(code: grpc.StatusCode, message: str, delay: float | None)
             seconds=int(delay), nanos=int((delay % 1) * 1e9))))
         details.append(packed)
     return rpc_status.to_status(status_pb2.Status(code=code.value[0], message=message, details=details))
+
+
+class FakeTransport:
+    """Sends nowhere; fails as scripted (in order: ``errors``, ``fails_on``, ``always``); can be held."""
+
+    description = "fake-backend"
+
+    def __init__(self) -> None:
+        self.errors: list[Exception] = []
+        self.always: Exception | None = None
+        self.fails_on: Callable[[Batch], Exception | None] | None = None
+        """An error for a request from what it holds (a bad batch in it), or None."""
+        self.sent: list[Batch] = []
+        self.attempts = 0
+        self.gate: asyncio.Event | None = None
+        self.receipt = Receipt()
+        self.ready = False
+        self.closed = False
+        self.draining = False
+
+    async def start(self) -> None:
+        self.ready = True
+
+    async def send(self, batch: Batch) -> Receipt:
+        self.attempts += 1
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.errors:
+            raise self.errors.pop(0)
+        error = self.fails_on(batch) if self.fails_on is not None else None
+        if error is not None:
+            raise error
+        if self.always is not None:
+            raise self.always
+        self.sent.append(batch)
+        return self.receipt
+
+    def drain(self) -> None:
+        self.draining = True
+
+    async def close(self) -> None:
+        self.closed = True
 
 
 class _Sink:
@@ -86,9 +133,11 @@ class _Sink:
 class GrpcSink(_Sink):
     """A gRPC server taking any method as raw bytes."""
 
-    def __init__(self, *, credentials: grpc.ServerCredentials | None = None) -> None:
+    def __init__(self, *, credentials: grpc.ServerCredentials | None = None, max_request_bytes: int | None = None
+                 ) -> None:
         super().__init__()
         self.credentials = credentials
+        self.max_request_bytes = max_request_bytes
         self.response = b""
         self._server: grpc.aio.Server | None = None
 
@@ -119,7 +168,9 @@ class GrpcSink(_Sink):
 
                 return grpc.unary_unary_rpc_method_handler(unary)
 
-        self._server = grpc.aio.server()
+        options = [] if self.max_request_bytes is None else [
+            ("grpc.max_receive_message_length", self.max_request_bytes)]
+        self._server = grpc.aio.server(options=options)
         self._server.add_generic_rpc_handlers([Handler()])
         address = f"127.0.0.1:{port}"
         if self.credentials is None:
@@ -138,9 +189,10 @@ class GrpcSink(_Sink):
 class HttpSink(_Sink):
     """An aiohttp server taking POSTs on any path."""
 
-    def __init__(self, *, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, *, ssl_context: ssl.SSLContext | None = None, max_request_bytes: int | None = None) -> None:
         super().__init__()
         self.ssl_context = ssl_context
+        self.max_request_bytes = max_request_bytes
         self.response = b""
         self.content_type = "application/x-protobuf"
         self._runner: web.AppRunner | None = None
@@ -160,7 +212,7 @@ class HttpSink(_Sink):
         return web.Response(body=self.response, content_type=self.content_type)
 
     async def start(self, port: int = 0) -> HttpSink:
-        app = web.Application()
+        app = web.Application(client_max_size=self.max_request_bytes or 1024**2)
         app.router.add_post("/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -186,8 +238,9 @@ async def sinks() -> AsyncIterator[list[_Sink]]:
 
 @pytest.fixture
 def start_grpc_sink(sinks: list[_Sink]) -> Callable[..., Awaitable[GrpcSink]]:
-    async def start(*, port: int = 0, credentials: grpc.ServerCredentials | None = None) -> GrpcSink:
-        sink = await GrpcSink(credentials=credentials).start(port)
+    async def start(*, port: int = 0, credentials: grpc.ServerCredentials | None = None,
+                    max_request_bytes: int | None = None) -> GrpcSink:
+        sink = await GrpcSink(credentials=credentials, max_request_bytes=max_request_bytes).start(port)
         sinks.append(sink)
         return sink
 
@@ -196,8 +249,9 @@ def start_grpc_sink(sinks: list[_Sink]) -> Callable[..., Awaitable[GrpcSink]]:
 
 @pytest.fixture
 def start_http_sink(sinks: list[_Sink]) -> Callable[..., Awaitable[HttpSink]]:
-    async def start(*, port: int = 0, ssl_context: ssl.SSLContext | None = None) -> HttpSink:
-        sink = await HttpSink(ssl_context=ssl_context).start(port)
+    async def start(*, port: int = 0, ssl_context: ssl.SSLContext | None = None,
+                    max_request_bytes: int | None = None) -> HttpSink:
+        sink = await HttpSink(ssl_context=ssl_context, max_request_bytes=max_request_bytes).start(port)
         sinks.append(sink)
         return sink
 
@@ -221,6 +275,50 @@ async def cleanup() -> AsyncIterator[list[Exporter]]:
     yield exporters
     for exporter in exporters:
         await exporter.shutdown()
+
+
+@pytest.fixture
+def transport() -> FakeTransport:
+    return FakeTransport()
+
+
+@pytest.fixture
+def make_exporter(transport: FakeTransport, telemetry: SelfTelemetry, cleanup: list[Exporter]
+                  ) -> Callable[..., QueuedExporter]:
+    """make_exporter(retry=..., queue=..., max_request_batches=...): a QueuedExporter "otlp/test"
+    over ``transport`` (10 ms retries unless ``retry`` says otherwise)."""
+
+    def make(
+        *, retry: RetrySettings | None = None, queue: QueueSettings | None = None, shutdown_timeout: float = 2.0,
+        **limits: int,
+    ) -> QueuedExporter:
+        exporter = QueuedExporter(
+            exporter_id="otlp/test",
+            transport=transport,
+            retry=retry or RetrySettings(initial_interval=0.01, max_interval=0.02, randomization_factor=0,
+                                         max_elapsed_time=5),
+            queue=queue or QueueSettings(num_consumers=2, queue_size=10),
+            metrics=telemetry.for_exporter("otlp/test"),
+            shutdown_timeout=shutdown_timeout,
+            **limits,
+        )
+        cleanup.append(exporter)
+        return exporter
+
+    return make
+
+
+@pytest.fixture
+def entries() -> Callable[[Signal, bytes], list[bytes]]:
+    """entries(signal, body): a request's resource entries, each encoded: the batches that went
+    out as one request are told apart by them (make_batch gives each batch one, tagged)."""
+
+    def split(signal: Signal, body: bytes) -> list[bytes]:
+        spec = SIGNALS[signal]
+        return [entry.SerializeToString()
+                for entry in getattr(spec.request.FromString(body), spec.resource_field)]
+
+    return split
 
 
 @pytest.fixture

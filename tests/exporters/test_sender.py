@@ -6,82 +6,18 @@ import asyncio
 import logging
 import shutil
 import time
-from collections.abc import Callable
 
 import pytest
 
 from gputally.config.types import QueueSettings, RetrySettings
 from gputally.errors import PermanentExportError, Refused, TransientExportError
-from gputally.exporters.sender import QueuedExporter
 from gputally.exporters.transport import Receipt
-from gputally.otlp.batch import Batch, Signal
+from gputally.otlp.batch import Signal
 from gputally.telemetry import SelfTelemetry
 
 M, L = Signal.METRICS, Signal.LOGS
 FAST_RETRY = RetrySettings(initial_interval=0.01, max_interval=0.02, randomization_factor=0, max_elapsed_time=5)
 SLOW_RETRY = RetrySettings(initial_interval=60, max_interval=60, max_elapsed_time=0)
-
-
-class FakeTransport:
-    """Sends nowhere; fails as scripted; can be held."""
-
-    description = "fake-backend"
-
-    def __init__(self) -> None:
-        self.errors: list[Exception] = []
-        self.always: Exception | None = None
-        self.sent: list[Batch] = []
-        self.attempts = 0
-        self.gate: asyncio.Event | None = None
-        self.receipt = Receipt()
-        self.ready = False
-        self.closed = False
-        self.draining = False
-
-    async def start(self) -> None:
-        self.ready = True
-
-    async def send(self, batch: Batch) -> Receipt:
-        self.attempts += 1
-        if self.gate is not None:
-            await self.gate.wait()
-        if self.errors:
-            raise self.errors.pop(0)
-        if self.always is not None:
-            raise self.always
-        self.sent.append(batch)
-        return self.receipt
-
-    def drain(self) -> None:
-        self.draining = True
-
-    async def close(self) -> None:
-        self.closed = True
-
-
-@pytest.fixture
-def transport() -> FakeTransport:
-    return FakeTransport()
-
-
-@pytest.fixture
-def make_exporter(transport: FakeTransport, telemetry: SelfTelemetry, cleanup: list[QueuedExporter]
-                  ) -> Callable[..., QueuedExporter]:
-    def make(
-        *, retry: RetrySettings = FAST_RETRY, queue: QueueSettings | None = None, shutdown_timeout: float = 2.0
-    ) -> QueuedExporter:
-        exporter = QueuedExporter(
-            exporter_id="otlp/test",
-            transport=transport,
-            retry=retry,
-            queue=queue or QueueSettings(num_consumers=2, queue_size=10),
-            metrics=telemetry.for_exporter("otlp/test"),
-            shutdown_timeout=shutdown_timeout,
-        )
-        cleanup.append(exporter)
-        return exporter
-
-    return make
 
 
 def gauge(telemetry: SelfTelemetry, name: str) -> float | None:
@@ -107,22 +43,24 @@ async def test_full_queue_refuses_and_counts(make_exporter, transport, make_batc
     assert counted("enqueue_failed", "otlp/test", L) == 15
     assert caplog.text.count("sending queue is full") == 1  # logged once a minute, not per batch
     transport.gate.set()
-    await eventually(lambda: len(transport.sent) == 3)
-    assert [b.items for b in transport.sent] == [1, 2, 3]
-    assert counted("sent", "otlp/test", M) == 6
+    await eventually(lambda: counted("sent", "otlp/test", M) == 6)
+    assert [b.items for b in transport.sent] == [1, 5]  # the two that waited went as one request
     assert gauge(telemetry, "gputally_exporter_queue_size") == 0
     await exporter.shutdown()
 
 
 async def test_shutdown_drains_the_queue(make_exporter, transport, make_batch, counted) -> None:
     transport.gate = asyncio.Event()
-    exporter = make_exporter(queue=QueueSettings(num_consumers=1, queue_size=50))
+    exporter = make_exporter(queue=QueueSettings(num_consumers=1, queue_size=50), max_request_batches=6)
     await exporter.start()
-    for n in range(20):
-        await exporter.export(make_batch(items=1, tag=str(n)))
+    batches = [make_batch(items=1, tag=str(n)) for n in range(20)]
+    for batch in batches:
+        await exporter.export(batch)
     asyncio.get_running_loop().call_later(0.05, transport.gate.set)
     await exporter.shutdown()
-    assert len(transport.sent) == 20 and counted("sent", "otlp/test", M) == 20
+    assert [b.items for b in transport.sent] == [6, 6, 6, 2]
+    assert b"".join(b.serialize() for b in transport.sent) == b"".join(b.serialize() for b in batches)
+    assert counted("sent", "otlp/test", M) == 20
     assert counted("send_failed", "otlp/test", M) == 0
     assert transport.closed and transport.draining
 
@@ -219,7 +157,8 @@ async def test_partial_success_counts_rejected_items(
     await exporter.start()
     with caplog.at_level(logging.WARNING):
         await exporter.export(make_batch(items=5))
-        await exporter.export(make_batch(items=5))
+        await eventually(lambda: counted("sent", "otlp/test", M) == 3)
+        await exporter.export(make_batch(items=5))  # a request of its own: the backend rejects 2 again
         await eventually(lambda: counted("sent", "otlp/test", M) == 6)
     assert counted("send_failed", "otlp/test", M) == 4
     assert caplog.text.count("2 points had no name") == 1
@@ -243,13 +182,23 @@ async def test_unreachable_and_back_logged_once_each(
 async def test_a_bug_in_the_transport_does_not_kill_the_consumer(
     make_exporter, transport, make_batch, counted, eventually
 ) -> None:
-    transport.errors = [RuntimeError("bug")]
+    """A batch the transport trips on is dropped, alone when it went out with others."""
+    bad = make_batch(items=3, tag="bad")
+    transport.fails_on = lambda request: RuntimeError("bug") if bad.serialize() in request.serialize() else None
     exporter = make_exporter(queue=QueueSettings(num_consumers=1, queue_size=5))
     await exporter.start()
-    await exporter.export(make_batch(items=3))
-    await exporter.export(make_batch(items=4))
-    await eventually(lambda: counted("sent", "otlp/test", M) == 4)
-    assert counted("send_failed", "otlp/test", M) == 3
+    await exporter.export(bad)
+    await eventually(lambda: counted("send_failed", "otlp/test", M) == 3)
+    transport.gate = asyncio.Event()
+    await exporter.export(make_batch(items=4, tag="held"))  # taken alone, held
+    await eventually(lambda: transport.attempts == 2)
+    for batch in (make_batch(items=1, tag="x"), bad, make_batch(items=2, tag="y")):
+        await exporter.export(batch)  # will go as one request, which raises
+    transport.gate.set()
+    await eventually(lambda: counted("sent", "otlp/test", M) == 7)
+    assert counted("send_failed", "otlp/test", M) == 6
+    assert [b.items for b in transport.sent] == [4, 1, 2]
+    assert transport.attempts == 6  # bad; held; the three together; each alone
     await exporter.shutdown()
 
 

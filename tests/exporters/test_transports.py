@@ -73,10 +73,12 @@ class Backend:
         self._cleanup.append(exporter)
         return exporter
 
-    async def start_sink(self, *, port: int = 0, ca: trustme.CA | None = None) -> Any:
-        """A sink on ``port``; with ``ca``, TLS that requires a client certificate from it."""
+    async def start_sink(self, *, port: int = 0, ca: trustme.CA | None = None, max_request_bytes: int | None = None
+                         ) -> Any:
+        """A sink on ``port``; with ``ca``, TLS that requires a client certificate from it;
+        with ``max_request_bytes``, refusing larger requests (gRPC RESOURCE_EXHAUSTED, HTTP 413)."""
         if ca is None:
-            return await self._start_sink(port=port)
+            return await self._start_sink(port=port, max_request_bytes=max_request_bytes)
         server = ca.issue_cert("127.0.0.1")
         if self.kind == "grpc":
             credentials = grpc.ssl_server_credentials(
@@ -396,6 +398,46 @@ async def test_partial_success_is_counted(backend, sink, make_batch, counted, ev
     await exporter.shutdown()
 
 
+async def test_queued_batches_arrive_as_one_request(backend, sink, make_batch, entries, counted, eventually) -> None:
+    gate = sink.hold()
+    exporter = backend.exporter({"endpoint": backend.url(sink.port), "sending_queue": {"num_consumers": 1}})
+    await exporter.start()
+    await exporter.export(make_batch(items=1, tag="first"))
+    await sink.wait_calls(1)
+    batches = [make_batch(items=2, tag=str(n)) for n in range(4)]
+    for batch in batches:
+        await exporter.export(batch)
+    gate.set()
+    calls = await sink.wait_calls(2)
+    await eventually(lambda: counted("sent", backend.name, M) == 9)
+    assert len(calls) == 2 and calls[1].body == b"".join(b.serialize() for b in batches)
+    assert len(entries(M, calls[1].body)) == 4
+    await exporter.shutdown()
+
+
+async def test_a_request_over_the_backends_size_limit_is_sent_again_batch_by_batch(
+    backend, make_batch, entries, counted, eventually
+) -> None:
+    """Together the batches are more than the backend takes (gRPC RESOURCE_EXHAUSTED, HTTP 413,
+    both permanent); alone each fits, and nothing is lost."""
+    batches = [make_batch(items=300, tag=str(n)) for n in range(4)]
+    size = len(batches[0].serialize())
+    sink = await backend.start_sink(max_request_bytes=2 * size)
+    gate = sink.hold()
+    exporter = backend.exporter({"endpoint": backend.url(sink.port), "compression": "none",
+                                 "sending_queue": {"num_consumers": 1}})
+    await exporter.start()
+    await exporter.export(make_batch(items=1, tag="first"))
+    await sink.wait_calls(1)
+    for batch in batches:
+        await exporter.export(batch)
+    gate.set()
+    await eventually(lambda: counted("sent", backend.name, M) == 1 + 4 * 300)
+    assert counted("send_failed", backend.name, M) == 0
+    assert [c.body for c in sink.calls[1:]] == [b.serialize() for b in batches]  # the refused request never arrived
+    await exporter.shutdown()
+
+
 # --- readiness, queue and shutdown -----------------------------------------------------------
 
 
@@ -502,7 +544,7 @@ async def test_persistent_queue_survives_a_crash(backend, free_port, make_batch,
 
 
 async def test_a_backend_back_just_before_shutdown_still_gets_the_queue(
-    backend, free_port, make_batch, counted
+    backend, free_port, make_batch, counted, entries
 ) -> None:
     """The shutdown drain's last attempt reaches a backend that came back during a long backoff
     (gRPC: it waits for the channel's reconnect instead of failing fast on a stale failure)."""
@@ -513,12 +555,14 @@ async def test_a_backend_back_just_before_shutdown_still_gets_the_queue(
         "retry_on_failure": {"initial_interval": "1s", "max_interval": "1s", "max_elapsed_time": "0"},
     }, shutdown_timeout=5.0)
     await exporter.start()
-    for n in range(4):
-        await exporter.export(make_batch(items=2, tag=str(n)))
+    batches = [make_batch(items=2, tag=str(n)) for n in range(4)]
+    for batch in batches:
+        await exporter.export(batch)
     await asyncio.sleep(0.2)  # the first attempt was refused; the consumers wait out 1 s
     sink = await backend.start_sink(port=free_port)
     await exporter.shutdown()
-    assert len(await sink.wait_calls(4)) == 4
+    arrived = [entry for call in sink.calls for entry in entries(M, call.body)]
+    assert sorted(arrived) == sorted(entry for b in batches for entry in entries(M, b.serialize()))
     assert counted("sent", backend.name, M) == 8 and counted("send_failed", backend.name, M) == 0
 
 
