@@ -75,7 +75,7 @@ async def test_dcgm_gpus_get_their_pod_and_their_job(tmp_path: Path) -> None:
     await jobs.start()
     try:
         await pipeline(batch(TWO_GPUS), dcgm, pods, jobs)
-        await jobs.settle()  # the first batch queued the allocation lookup
+        await jobs.lookups_answered()  # the first batch queued the allocation lookup
         resources = by_gpu(await pipeline(batch(TWO_GPUS), dcgm, pods, jobs))
     finally:
         await jobs.shutdown()
@@ -94,7 +94,7 @@ async def test_without_dcgm_nothing_is_attributed(tmp_path: Path) -> None:
     await jobs.start()
     try:
         await pipeline(batch(TWO_GPUS), pods, jobs)
-        await jobs.settle()
+        await jobs.lookups_answered()
         resources = by_gpu(await pipeline(batch(TWO_GPUS), pods, jobs))
     finally:
         await jobs.shutdown()
