@@ -41,6 +41,7 @@ harness:
 
 test: venv harness
 	$(BIN)/ruff check --no-cache .
+	$(BIN)/python .ci/typecheck.py
 	$(BIN)/python -m pytest
 
 # mypy on the package as installed (gputally.*); see .ci/typecheck.py for why not on the tree.

@@ -23,7 +23,8 @@ from pydantic import ValidationError
 from gputally.errors import ConfigError
 from gputally.exporters.sender import DeliveryListener, QueuedExporter
 from gputally.otlp.batch import Batch, Signal
-from gputally.pipeline.component import ComponentContext
+from gputally.pipeline.component import ComponentContext, Exporter
+from gputally.pipeline.factory import ConfigT, ExporterFactory
 from gputally.telemetry import SelfTelemetry
 
 __all__ = ["DeliveryTally", "ProbeExporter", "counted", "create_exporter", "parse_headers", "tls_mismatch"]
@@ -139,7 +140,6 @@ def create_exporter(
     exporter (``retry_on_failure``, ``sending_queue``...), applied last."""
     from gputally.exporters import otlp_grpc, otlp_http
 
-    factory = otlp_grpc.factory if protocol == "grpc" else otlp_http.factory
     section: dict[str, Any] = {}
     if endpoint:
         if protocol == "http" and "://" not in endpoint:
@@ -152,6 +152,18 @@ def create_exporter(
     if queue_dir is not None:
         section["sending_queue"] = {"storage": str(queue_dir)}
     section.update(overrides or {})
+    if protocol == "grpc":
+        type_name, exporter = _built(otlp_grpc.factory, section, telemetry, shutdown_timeout)
+    else:
+        type_name, exporter = _built(otlp_http.factory, section, telemetry, shutdown_timeout)
+    assert isinstance(exporter, QueuedExporter)  # both OTLP exporters are; the probe relies on its listener
+    return type_name, exporter
+
+
+def _built(factory: ExporterFactory[ConfigT], section: Mapping[str, Any], telemetry: SelfTelemetry,
+           shutdown_timeout: float) -> tuple[str, Exporter]:
+    """``(type name, exporter)`` of ``factory`` for ``section``. Generic in the factory's config
+    type, so the config it parses is the one its ``create`` takes."""
     try:
         config = factory.parse(section)
     except ValidationError as exc:
@@ -159,9 +171,7 @@ def create_exporter(
             f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()
         ]) from exc
     context = ComponentContext(id=factory.type_name, telemetry=telemetry, shutdown_timeout=shutdown_timeout)
-    exporter = factory.create(config, context)
-    assert isinstance(exporter, QueuedExporter)  # both OTLP exporters are; the probe relies on its listener
-    return factory.type_name, exporter
+    return factory.type_name, factory.create(config, context)
 
 
 async def tls_mismatch(destination: str, *, insecure: bool, timeout: float = 3.0) -> str | None:

@@ -125,12 +125,12 @@ def _temperature_points(points: _Points, static: Mapping[str, Any], dyn: Mapping
         points.add(m.TEMPERATURE, number(_ok((dyn.get("temperature") or {}).get(sensor))),
                    (("hw.sensor_location", location),))
     for sensor, limits in (static.get("temp_limits") or {}).items():
-        location = TEMPERATURES.get(sensor)
-        if location is None:
+        limit_location = TEMPERATURES.get(sensor)
+        if limit_location is None:
             continue
         for limit_name, limit_type in _TEMP_LIMITS.items():
             points.add(m.TEMPERATURE_LIMIT, number(_ok(limits.get(limit_name))),
-                       (("hw.sensor_location", location), ("hw.limit_type", limit_type)))
+                       (("hw.sensor_location", limit_location), ("hw.limit_type", limit_type)))
 
 
 def _pcie_points(points: _Points, dyn: Mapping[str, Any]) -> None:
@@ -230,9 +230,9 @@ def _identity(static: Mapping[str, Any], driver: Mapping[str, Any]) -> dict[str,
 
 
 def _lost(dyn: Mapping[str, Any]) -> str | None:
-    errors = [dyn.get(k) for k in ("activity", "vram_usage")]
-    if all(failed(e) for e in errors):
-        texts = [e["amdsmi_error"] for e in errors]
+    keys = ("activity", "vram_usage")
+    texts = [e["amdsmi_error"] for k in keys if failed(e := dyn.get(k))]
+    if len(texts) == len(keys):
         if not any(word in t.upper() for t in texts for word in UNSUPPORTED):
             return texts[0]
     return None

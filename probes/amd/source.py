@@ -20,7 +20,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from gputally.probes.amd.fdinfo import scan_fdinfo
 from gputally.probes.snapshot import VendorUnavailable
@@ -106,7 +106,8 @@ def _error(exc: BaseException) -> dict[str, str]:
     return {"amdsmi_error": text or str(exc) or type(exc).__name__}
 
 
-def failed(value: Any) -> bool:
+def failed(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    """Whether ``value`` is an amdsmi error as the source records it: ``{"amdsmi_error": ...}``."""
     return isinstance(value, Mapping) and "amdsmi_error" in value
 
 
@@ -141,6 +142,8 @@ class AmdsmiSource:
         return {"driver_version": driver.get("driver_version"), "driver_name": driver.get("driver_name")}
 
     def _call(self, index: int, name: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``, or its error as a value. ``fn`` is called before this returns, so callers'
+        lambdas may close over their loop variables."""
         if (index, name) in self._skip:
             return {"amdsmi_error": "skipped: refused earlier"}
         try:
@@ -154,7 +157,7 @@ class AmdsmiSource:
     def _calls(self, i: int, h: Any, calls: Mapping[str, str]) -> dict[str, Any]:
         """``{key: amdsmi_function(handle)}`` for each entry of ``calls``, errors as values."""
         a = self._module
-        return {key: self._call(i, key, lambda name=name: getattr(a, name)(h)) for key, name in calls.items()}
+        return {key: self._call(i, key, lambda: getattr(a, name)(h)) for key, name in calls.items()}
 
     def _static_of(self, i: int, h: Any) -> dict[str, Any]:
         a = self._module
@@ -163,8 +166,8 @@ class AmdsmiSource:
         limits: dict[str, dict[str, Any]] = {}
         for sensor in ("hotspot", "vram"):
             for level in ("critical", "emergency"):
-                value = self._call(i, f"temp_{sensor}_{level}", lambda s=sensor, x=level: a.amdsmi_get_temp_metric(
-                    h, getattr(T, s.upper()), getattr(M, x.upper())))
+                value = self._call(i, f"temp_{sensor}_{level}", lambda: a.amdsmi_get_temp_metric(
+                    h, getattr(T, sensor.upper()), getattr(M, level.upper())))
                 limits.setdefault(sensor, {})[level] = value
         static["temp_limits"] = limits
         return static
@@ -174,16 +177,16 @@ class AmdsmiSource:
         T, M, C = a.AmdSmiTemperatureType, a.AmdSmiTemperatureMetric, a.AmdSmiClkType
         dynamic = self._calls(i, h, _DYNAMIC_CALLS)
         dynamic["temperature"] = {
-            s: self._call(i, f"temp_{s}", lambda s=s: a.amdsmi_get_temp_metric(h, getattr(T, s.upper()), M.CURRENT))
+            s: self._call(i, f"temp_{s}", lambda: a.amdsmi_get_temp_metric(h, getattr(T, s.upper()), M.CURRENT))
             for s in TEMPERATURES
         }
         dynamic["clock"] = {
-            c: self._call(i, f"clock_{c}", lambda c=c: a.amdsmi_get_clock_info(h, getattr(C, c.upper())))
+            c: self._call(i, f"clock_{c}", lambda: a.amdsmi_get_clock_info(h, getattr(C, c.upper())))
             for c in CLOCKS
         }
         blocks = {}
         for block in _ECC_BLOCKS:
-            value = self._call(i, f"ecc_{block}", lambda b=block: a.amdsmi_get_gpu_ecc_count(h, getattr(a.AmdSmiGpuBlock, b)))
+            value = self._call(i, f"ecc_{block}", lambda: a.amdsmi_get_gpu_ecc_count(h, getattr(a.AmdSmiGpuBlock, block)))
             if not failed(value):
                 blocks[block] = value
         dynamic["ecc_blocks"] = blocks

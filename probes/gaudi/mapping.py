@@ -73,7 +73,10 @@ def _query_rows(snapshot: Mapping[str, Any]) -> list[Row]:
 def _stdout(snapshot: Mapping[str, Any], what: str) -> str | None:
     """The output of a side command (``rows``, ``processes``), None where it failed or is absent."""
     result = snapshot.get(what)
-    return str(result.get("stdout", "")) if _failure(result, what) is None else None
+    if _failure(result, what) is not None:
+        return None
+    assert isinstance(result, Mapping)  # _failure says so
+    return str(result.get("stdout", ""))
 
 
 def _side_problems(snapshot: Mapping[str, Any]) -> list[str]:

@@ -171,7 +171,8 @@ def port_points(records: Iterable[Mapping[str, Any]]) -> tuple[list[Point], dict
 
     for record in sorted(records, key=_port_key):
         ifname = str(record["ifname"])
-        files = record.get("files") if isinstance(record.get("files"), Mapping) else {}
+        raw_files = record.get("files")
+        files: Mapping[str, Any] = raw_files if isinstance(raw_files, Mapping) else {}
         dev_port = _int(files.get("dev_port"))
         link = f"port{dev_port}" if dev_port is not None else ifname
         port = (("gputally.gpu.link", link), (INTERFACE, ifname))

@@ -13,7 +13,7 @@ import queue
 import threading
 from collections import Counter
 
-from gputally.probes.model import Entity, LogEntry, Severity
+from gputally.probes.model import AttrValue, Entity, LogEntry, Severity
 from gputally.probes.nvml.errors import NvmlCallFailed
 from gputally.probes.nvml.source import EventWatch, GpuEvent
 
@@ -46,7 +46,7 @@ _SEVERITY = {"xid": Severity.ERROR, "ecc_uncorrected": Severity.ERROR, "gpu_unav
 
 def event_log(event: GpuEvent, entity: Entity) -> LogEntry:
     """The log record for one event, on its GPU's resource."""
-    attributes: dict[str, str | int | float | bool] = {"gputally.gpu.event.kind": event.kind}
+    attributes: dict[str, AttrValue] = {"gputally.gpu.event.kind": event.kind}
     if event.kind == "xid":
         meaning = XID_MEANINGS.get(event.data, "see NVIDIA's XID catalog")
         body = f"XID {event.data} on GPU {entity.label}: {meaning}"

@@ -144,7 +144,7 @@ class NvmlSource:
 
     def open(self) -> DriverInfo:
         try:
-            import pynvml  # type: ignore[import-untyped]
+            import pynvml
         except ImportError as exc:
             raise NvmlUnavailable("nvidia-ml-py is not installed (pip install nvidia-ml-py)") from exc
         try:

@@ -49,7 +49,7 @@ def read_recording(path: Path) -> dict[str, Any]:
     except ValueError as exc:  # json.JSONDecodeError, and integers of more than 4300 digits
         raise RecordingError(f"{path}: not JSON: {exc}") from None
     check_recording(data, name=str(path))
-    return data  # type: ignore[no-any-return]
+    return data
 
 
 # -- the shape ---------------------------------------------------------------------------
