@@ -152,8 +152,9 @@ def server_config(grpc_port: int, admin_port: int, sink_port: int, scenario: str
 
 
 COUNTERS = {"gputally_k8s_attribution_total": "k8s", "gputally_slurm_resources_total": "slurm",
-            "gputally_slurm_lookups_total": "slurm-lookups", "gputally_slurm_backend_errors_total": "slurm-errors"}
-_LABEL = re.compile(r'(?:source|outcome|backend)="([^"]*)"')
+            "gputally_slurm_lookups_total": "slurm-lookups", "gputally_slurm_backend_errors_total": "slurm-errors",
+            "gputally_usage_requests_read_total": "usage"}
+_LABEL = re.compile(r'(?:source|outcome|backend|way)="([^"]*)"')
 
 
 def _counters(admin_port: int) -> dict[str, float]:
@@ -175,7 +176,7 @@ def _counters(admin_port: int) -> dict[str, float]:
 def _per_request(before: dict[str, float], after: dict[str, float], requests: int) -> dict[str, float]:
     """The attribution counters' growth per request (``k8s ...``, ``slurm ...``)."""
     return {key: (after[key] - before.get(key, 0.0)) / requests for key in after
-            if key.split(" ", 1)[0] in ("k8s", "slurm") and requests}
+            if key.split(" ", 1)[0] in ("k8s", "slurm", "usage") and requests}
 
 
 def _settled(per_request: dict[str, float], node: Node) -> bool:
@@ -188,7 +189,7 @@ def attribution_line(result: dict[str, Any]) -> str:
     """What each attribution processor did per request while the scenario was measured."""
     per = result["attributed"]
     parts = []
-    for processor in ("k8s", "slurm"):
+    for processor in ("k8s", "slurm", "usage"):
         found = {key.split(" ", 1)[1]: v for key, v in per.items() if key.split(" ", 1)[0] == processor and v}
         if found:
             parts.append(f"{processor} " + ", ".join(f"{source} {v:.1f}" for source, v in sorted(found.items())))
@@ -198,85 +199,126 @@ def attribution_line(result: dict[str, Any]) -> str:
     return "; ".join(parts) or "nothing attributed"
 
 
-def run(scenario: str, args: argparse.Namespace, payload: bytes | Callable[[], bytes], points: int,
-        node: Node) -> dict[str, Any]:
-    grpc_port, admin_port, sink_port = free_port(), free_port(), free_port()
-    named = processors_of(scenario)
-    with tempfile.TemporaryDirectory() as tmp:
-        report, config, log = Path(tmp) / "sink.json", Path(tmp) / "config.yaml", Path(tmp) / "server.log"
-        config.write_text(json.dumps(server_config(grpc_port, admin_port, sink_port, scenario, node)))
-        sink = subprocess.Popen([sys.executable, str(Path(__file__).parent / "sink.py"), "--port", str(sink_port),
-                                 "--report", str(report)], stdout=subprocess.PIPE)
+class Served:
+    """One scenario's server and sink, started, warmed up and (with slurm) settled; stopped on exit."""
+
+    def __init__(self, scenario: str, args: argparse.Namespace, payload: bytes | Callable[[], bytes],
+                 points: int, node: Node) -> None:
+        self.scenario, self.args, self.payload, self.points, self.node = scenario, args, payload, points, node
+        self.named = processors_of(scenario)
+        self.grpc_port, self.admin_port, self.sink_port = free_port(), free_port(), free_port()
+        self.sent = 0
+        """Requests sent so far (warm-up and earlier rounds): what the sink must have before a round ends."""
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> Served:
+        tmp = Path(self._stack.enter_context(tempfile.TemporaryDirectory()))
+        self.report, config, self.log = tmp / "sink.json", tmp / "config.yaml", tmp / "server.log"
+        config.write_text(json.dumps(server_config(self.grpc_port, self.admin_port, self.sink_port, self.scenario,
+                                                   self.node)))
+        sink = subprocess.Popen([sys.executable, str(Path(__file__).parent / "sink.py"), "--port",
+                                 str(self.sink_port), "--report", str(self.report)], stdout=subprocess.PIPE)
+        self._stack.callback(_stop, sink)
         assert sink.stdout is not None
         sink.stdout.readline()
-        with log.open("wb") as err:
+        with self.log.open("wb") as err:
             server = subprocess.Popen([sys.executable, str(SETUP), "serve", str(config)], stderr=err)
-        if args.pin:
+        self._stack.callback(_stop, server)
+        if self.args.pin:
             cpus = list(range(os.cpu_count() or 1))
             psutil.Process(server.pid).cpu_affinity(cpus[-1:])
             psutil.Process(sink.pid).cpu_affinity(cpus[:-1] or cpus)
             psutil.Process().cpu_affinity(cpus[:-1] or cpus)
+        self.proc = psutil.Process(server.pid)
         try:
-            wait_port(grpc_port)
-            if "k8s" in named:
-                wait_metric(admin_port, "gputally_k8s_synced", lambda v: v == 1, 60)
-                wait_metric(admin_port, "gputally_k8s_device_allocations", lambda v: v >= node.allocations, 60)
-            proc = psutil.Process(server.pid)
-            warm, _ = asyncio.run(load(grpc_port, payload, 1.0, args.in_flight, 1))
-            if "slurm" in named:  # until the jobs' metadata is cached and their GPUs found by GRES
-                deadline = time.monotonic() + SETTLE_TIMEOUT
-                while True:
-                    before = _counters(admin_port)
-                    sent, _ = asyncio.run(load(grpc_port, payload, 0.5, args.in_flight, 1))
-                    warm += sent
-                    after = _counters(admin_port)
-                    if _settled(_per_request(before, after, sent), node):
-                        break
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(
-                            f"{scenario}: the slurm processor did not attribute what it should within "
-                            f"{SETTLE_TIMEOUT:.0f} s: per request {_per_request(before, after, sent)}, "
-                            f"want {node.expected}; counters {after}")
-            wait_delivered(report, warm * points)
-            before = _counters(admin_port)
-            cpu0 = _cpu(proc)
-            t0 = time.perf_counter()
-            sent, latencies = asyncio.run(load(grpc_port, payload, args.seconds, args.in_flight, 1))
-            wall = time.perf_counter() - t0
-            rss = proc.memory_info().rss
-            wait_delivered(report, (warm + sent) * points)
-            delivered_wall = time.perf_counter() - t0
-            cpu = _cpu(proc) - cpu0
-            after = _counters(admin_port)
+            self._ready()
         except BaseException:
-            sys.stderr.write(f"--- {scenario}: server log (last lines)\n"
-                             + "\n".join(log.read_text(errors="replace").splitlines()[-30:]) + "\n")
+            self.__exit__(None, None, None)
             raise
-        finally:
-            server.terminate()
-            server.wait(30)
-            sink.terminate()
-            sink.wait(30)
-        received = json.loads(report.read_text())["points"]
-    attributed = _per_request(before, after, sent)
-    if "slurm" in named:
-        wrong = {key: (attributed.get(key, 0.0), want) for key, want in node.expected.items()
-                 if key.startswith("slurm") and attributed.get(key, 0.0) != want}
-        if wrong or not any(v for key, v in attributed.items() if key.startswith("slurm") and key != "slurm none"):
-            raise RuntimeError(f"{scenario}: slurm attributed per request (got, want): {wrong or attributed}")
-    latencies.sort()
-    return {
-        "points_per_s": sent * points / wall,
-        "delivered_per_s": sent * points / delivered_wall,
-        "points_per_cpu_s": sent * points / cpu if cpu else float("nan"),
-        "p50_ms": statistics.median(latencies) * 1e3,
-        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1e3,
-        "rss_mib": rss / 2**20,
-        "lost": (warm + sent) * points - received,
-        "attributed": attributed,
-        "slurm backend": {key.replace("slurm-", ""): v for key, v in after.items() if key.startswith("slurm-")},
-        "requests": sent,
-    }
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc and exc[0] is not None:
+            sys.stderr.write(f"--- {self.scenario}: server log (last lines)\n"
+                             + "\n".join(self.log.read_text(errors="replace").splitlines()[-30:]) + "\n")
+        self._stack.close()
+
+    def _ready(self) -> None:
+        wait_port(self.grpc_port)
+        if "k8s" in self.named:
+            wait_metric(self.admin_port, "gputally_k8s_synced", lambda v: v == 1, 60)
+            wait_metric(self.admin_port, "gputally_k8s_device_allocations", lambda v: v >= self.node.allocations, 60)
+        self.sent, _ = asyncio.run(load(self.grpc_port, self.payload, 1.0, self.args.in_flight, 1))
+        if "slurm" in self.named:  # until the jobs' metadata is cached and their GPUs found by GRES
+            deadline = time.monotonic() + SETTLE_TIMEOUT
+            while True:
+                before = _counters(self.admin_port)
+                sent, _ = asyncio.run(load(self.grpc_port, self.payload, 0.5, self.args.in_flight, 1))
+                self.sent += sent
+                after = _counters(self.admin_port)
+                if _settled(_per_request(before, after, sent), self.node):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"{self.scenario}: the slurm processor did not attribute what it should within "
+                        f"{SETTLE_TIMEOUT:.0f} s: per request {_per_request(before, after, sent)}, "
+                        f"want {self.node.expected}; counters {after}")
+        wait_delivered(self.report, self.sent * self.points)
+
+
+def measure(servers: list[Served], seconds: float, in_flight: int) -> list[dict[str, Any]]:
+    """Load every server at once for ``seconds`` (``in_flight`` calls each) and return each one's
+    figures. One server: a plain run. Several: they share the machine's noise alike, so their
+    ratio holds on a busy machine where rounds taken one after another do not."""
+    before = [_counters(s.admin_port) for s in servers]
+    cpu0 = [_cpu(s.proc) for s in servers]
+    t0 = time.perf_counter()
+
+    async def together() -> list[tuple[int, list[float]]]:
+        return list(await asyncio.gather(*(load(s.grpc_port, s.payload, seconds, in_flight, 1) for s in servers)))
+
+    loads = asyncio.run(together())
+    wall = time.perf_counter() - t0
+    rss = [s.proc.memory_info().rss for s in servers]
+    cpu = [_cpu(s.proc) - c for s, c in zip(servers, cpu0, strict=True)]
+    results = []
+    for server, (sent, latencies), used, held, counted in zip(servers, loads, cpu, rss, before, strict=True):
+        server.sent += sent
+        wait_delivered(server.report, server.sent * server.points)
+        delivered_wall = time.perf_counter() - t0
+        after = _counters(server.admin_port)
+        received = json.loads(server.report.read_text())["points"]
+        attributed = _per_request(counted, after, sent)
+        if "slurm" in server.named:
+            wrong = {key: (attributed.get(key, 0.0), want) for key, want in server.node.expected.items()
+                     if key.startswith("slurm") and attributed.get(key, 0.0) != want}
+            if wrong or not any(v for key, v in attributed.items() if key.startswith("slurm") and key != "slurm none"):
+                raise RuntimeError(f"{server.scenario}: slurm attributed per request (got, want): {wrong or attributed}")
+        latencies.sort()
+        results.append({
+            "points_per_s": sent * server.points / wall,
+            "delivered_per_s": sent * server.points / delivered_wall,
+            "points_per_cpu_s": sent * server.points / used if used else float("nan"),
+            "p50_ms": statistics.median(latencies) * 1e3,
+            "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1e3,
+            "rss_mib": held / 2**20,
+            "lost": server.sent * server.points - received,
+            "attributed": attributed,
+            "slurm backend": {key.replace("slurm-", ""): v for key, v in after.items() if key.startswith("slurm-")},
+            "requests": sent,
+        })
+    return results
+
+
+def run(scenario: str, args: argparse.Namespace, payload: bytes | Callable[[], bytes], points: int,
+        node: Node) -> dict[str, Any]:
+    with Served(scenario, args, payload, points, node) as served:
+        return measure([served], args.seconds, args.in_flight)[0]
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    process.wait(30)
 
 
 def _cpu(proc: psutil.Process) -> float:
@@ -327,15 +369,37 @@ def interleaved(scenarios: list[str], args: argparse.Namespace,
         if slurm_cluster is not None:
             check_metadata(slurm_cluster, jobs, payload)
         print(f"request: {points} points, {len(payload)} bytes, 18 resources{title}; {args.in_flight} in flight; "
-              f"{os.cpu_count()} CPUs; {args.seconds:.0f} s per scenario; best of {args.rounds} round(s)"
+              f"{os.cpu_count()} CPUs; {args.seconds:.0f} s per round; "
+              + (f"all servers at once, median of {args.rounds} rounds" if getattr(args, "paired", False)
+                 else f"best of {args.rounds} round(s)")
               + ("; server pinned to its own CPU" if args.pin else ""))
         print("expected per request: " + ", ".join(f"{k} {v}" for k, v in node.expected.items()), flush=True)
+        if getattr(args, "paired", False):
+            return _paired(scenarios, args, payload_for, payload, points, node)
         for _ in range(args.rounds):
             for scenario in scenarios:
                 result = run(scenario, args, payload_for(payload), points, node)
                 if scenario not in best or result["points_per_cpu_s"] > best[scenario]["points_per_cpu_s"]:
                     best[scenario] = result
     return best
+
+
+def _paired(scenarios: list[str], args: argparse.Namespace, payload_for: Callable[[bytes], bytes | Callable[[], bytes]],
+            payload: bytes, points: int, node: Node) -> dict[str, dict[str, Any]]:
+    """Every scenario's server at once, loaded together for ``args.rounds`` rounds; per scenario
+    the round whose points per CPU-second stand at the median, each with ``ratios``: its
+    figure over the first scenario's in the same round, round by round."""
+    rounds: list[list[dict[str, Any]]] = []
+    with contextlib.ExitStack() as stack:
+        servers = [stack.enter_context(Served(name, args, payload_for(payload), points, node)) for name in scenarios]
+        for _ in range(args.rounds):
+            rounds.append(measure(servers, args.seconds, args.in_flight))
+    picked: dict[str, dict[str, Any]] = {}
+    for index, name in enumerate(scenarios):
+        runs = sorted((r[index] for r in rounds), key=lambda result: result["points_per_cpu_s"])
+        picked[name] = {**runs[len(runs) // 2],
+                        "ratios": [r[index]["points_per_cpu_s"] / r[0]["points_per_cpu_s"] for r in rounds]}
+    return picked
 
 
 def main() -> None:
