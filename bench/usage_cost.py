@@ -5,7 +5,8 @@ node: a real kube-apiserver with 6 pods and a PodResources socket allocating the
 a real one-node Slurm cluster (tests/harness/slurm, through bench/slurm_setup.py) running two
 jobs, each holding one GRES GPU with two processes on it. Through ``gputally serve`` with
 ``k8s`` + ``slurm`` (the ``cli`` backend, as on a Slurm node) and with ``k8s`` + ``slurm`` +
-``usage``, rounds interleaved in one run, so on every request ``k8s`` attributes 6 processes
+``usage``, both servers at once on the same load for ``--rounds`` rounds (the machine's noise
+then hits both alike; ``--interleaved``: one after the other, best round each), so on every request ``k8s`` attributes 6 processes
 by cgroup and 6 GPUs by PodResources and ``slurm`` 4 processes by cgroup and 2 GPUs by GRES
 from its cache (checked on the server's /metrics; the run fails otherwise), and ``usage``
 integrates all 8 GPUs for their pod and job owners. Every request carries a new sample time
@@ -14,9 +15,10 @@ are: the worst case for ``usage``, which then works on every request. Needs root
 
 Memory: a ledger for ``--gpus`` GPUs, each held by one pod with one Slurm job's process on it
 (two owners per GPU), filled sample by sample; tracemalloc's figure and the process RSS
-growth, and the time one emit of every counter takes.
+growth, and the time one emit of every counter takes. In process: the CPU time the usage
+runtime alone takes per node request (no server), and how much of it is reading.
 
-    .venv/bin/python bench/usage_cost.py [--seconds 10] [--rounds 2] [--gpus 10000] [--memory-only]
+    .venv/bin/python bench/usage_cost.py [--seconds 10] [--rounds 2] [--gpus 10000] [--memory-only] [--interleaved]
 """
 
 from __future__ import annotations
@@ -96,6 +98,37 @@ def throughput(args: argparse.Namespace) -> None:
         how = "best round of each"
     print(f"usage costs {1 - ratio:.1%} of the points per CPU-second against {scenarios[0]} ({how}; "
           "target: at most 10%)")
+
+
+def in_process(rounds: int = 7, requests: int = 1500) -> None:
+    """CPU microseconds per node request in the usage runtime alone (no server, no gRPC), the
+    least of ``rounds``: the whole observe, the reading part, and the skeleton check in it."""
+    from gpu_node_request import gpu_node_request
+
+    from gputally.processors.usage.config import UsageConfig
+    from gputally.processors.usage.processor import UsageRuntime
+
+    def timed(work: Callable[[bytes], object], batch: list[bytes]) -> float:
+        started = time.process_time()
+        for raw in batch:
+            work(raw)
+        return (time.process_time() - started) / len(batch) * 1e6
+
+    node = restamped(gpu_node_request().SerializeToString())
+    best = {"observe": float("inf"), "read": float("inf"), "skeleton check": float("inf")}
+    for _ in range(rounds):
+        runtime = UsageRuntime(UsageConfig(settle=0), name="usage")
+        batch = [node() for _ in range(requests)]
+        for raw in batch[:3]:  # its layout is built on the second sighting
+            runtime.observe(raw)
+        layout = runtime.observer.layouts.lookup(batch[3])
+        assert layout is not None, "the node request is not read through a layout"
+        fresh = [node() for _ in range(requests)]  # bytes not yet in the CPU's caches, as a new request's
+        best["observe"] = min(best["observe"], timed(runtime.observe, batch[4:]))
+        best["read"] = min(best["read"], timed(lambda raw: list(runtime.observer.observe(raw)), fresh))
+        best["skeleton check"] = min(best["skeleton check"], timed(layout.matches, [node() for _ in range(requests)]))
+    print("in process, per node request (CPU us, least of "
+          f"{rounds} rounds): " + ", ".join(f"{name} {us:.1f}" for name, us in best.items()))
 
 
 def memory(gpus: int) -> None:
@@ -180,6 +213,7 @@ def main() -> None:
                              "loaded together (the default: a busy machine's noise then hits both alike)")
     args = parser.parse_args()
     memory(args.gpus)
+    in_process()
     if not args.memory_only:
         throughput(args)
 
