@@ -75,6 +75,8 @@ class Layouts:
     def lookup(self, raw: bytes) -> Layout | None:
         """The layout ``raw`` matches (built now if its time has come), or None: read it the general way."""
         self._requests += 1
+        if not self._budget:  # switched off
+            return None
         key = _key(raw)
         entry = self._keys.get(key)
         if entry is None:

@@ -152,11 +152,11 @@ def _value(any_value: AnyValue) -> Any:
 class Observer:
     """Turns requests into per-(GPU, sample time) readings. Holds its decision and layout caches."""
 
-    def __init__(self, rules: OwnerRules) -> None:
+    def __init__(self, rules: OwnerRules, *, layout_budget: int = 32 << 20) -> None:
         self._rules = rules
         self._decisions: dict[bytes, _Decision | None] = {}
         self._wants = Wants(decide=self._decide, wanted=_table, tasked=_TASKED, general=_general)
-        self.layouts = Layouts(self._layout)
+        self.layouts = Layouts(self._layout, budget=layout_budget)
 
     def observe(self, raw: bytes) -> Iterator[Observation]:
         """``(hw_id, time_ns, device reading, process key, process reading)`` for every GPU

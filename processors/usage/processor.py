@@ -55,7 +55,7 @@ class UsageRuntime:
         self.monotonic = monotonic
         self.wall_ns = wall_ns
         self.ledger = Ledger(config, start_ns=wall_ns(), instance=config.instance_id or socket.gethostname())
-        self.observer = Observer(OwnerRules(config.owners))
+        self.observer = Observer(OwnerRules(config.owners), layout_budget=config.layout_cache_mib << 20)
         self.file = LedgerFile(config.storage, name) if config.storage is not None else None
         self.events: list[Event] = []
         self.event_counts: Counter[str] = Counter()

@@ -24,6 +24,7 @@ from gputally.processors.usage.layout import Layout, Malformed
 from gputally.processors.usage.layouts import Layouts
 from gputally.processors.usage.observe import Observer
 from gputally.processors.usage.owners import OwnerRules
+from tests.usage.helpers import runtime
 from tests.usage.series import HOLDER_PID, NOTEBOOK_PID, TRAINER_PID, probe_requests, recording, with_attributes
 
 WANTED = ["hw.gpu.utilization", "hw.energy", "hw.gpu.memory.usage", "hw.gpu.memory.limit",
@@ -273,3 +274,11 @@ def test_two_shapes_under_one_key_both_keep_their_layouts(probe_series: list[byt
         layouts.lookup(first)
         layouts.lookup(second)
     assert len(built) == 2 and layouts.hits == 40 - 3
+
+
+def test_no_layout_cache_reads_every_request_the_general_way(probe_series: list[bytes]) -> None:
+    rt = runtime(layout_cache_mib=0)
+    for raw in probe_series:
+        rt.observe(raw)
+    layouts = rt.observer.layouts
+    assert layouts.requests == len(probe_series) and layouts.hits == 0 and layouts.held == 0
