@@ -179,6 +179,8 @@ class GrpcTransport:
         except grpc.aio.AioRpcError as exc:
             raise translate(exc) from exc
         self._reached.add((target.endpoint, target.tls))
+        if not raw:
+            return Receipt()  # an empty response: no partial success (the common answer)
         try:
             response = SIGNALS[signal].response.FromString(raw)
         except DecodeError:
