@@ -15,22 +15,37 @@ Scenarios, gputally / otelcol:
                              (bench/k8s_throughput.py's attributed node) / resource inserting, on
                              every resource, as many attributes as k8s added per resource on
                              average (counted from what gputally's k8s run delivered to the sink)
+  k8s + slurm + usage        k8s, slurm (cli backend) and usage on a mixed node: a real one-node
+                             Slurm cluster (bench/slurm_setup.py) runs two jobs on GPUs 0 and 1
+                             with two processes each, pods hold the other 6 GPUs and 6 processes
+                             (bench/k8s_throughput.py's mixed node), every request a new sample
+                             time that usage integrates (bench/usage_cost.py's load) / resource
+                             inserting as many attributes as k8s and slurm added per resource
   forward over OTLP/HTTP     the forward scenario with the load sent as OTLP/HTTP protobuf
+
+The attributed scenarios are measured once attribution has settled (the k8s cache synced; slurm
+attributing every job's processes and GPUs from its cache, per the server's counters), and each
+measured run checks on the server's /metrics that every request was attributed as it should be.
+What otelcol's ``resource`` inserts is learned from the last request gputally delivered once
+settled (the sink otelcol also writes what it receives to a file).
 
 The sink is the same otelcol binary (a Go backend that keeps up; ``--python-sink`` for
 bench/sink.py, which, pinned beside the load generator, falls behind otelcol and lets its
 queue fill until it refuses). "pts/CPU-s" is points per second of server CPU (user + system,
-all threads, psutil for both processes): the per-core figure. With ``--pin`` the server is started on the last CPU (so
-the Go runtime sizes GOMAXPROCS to 1) and the load generator and sink run on the others.
+all threads and reaped children, such as the slurm ``cli`` backend's scontrol/squeue; psutil for
+both processes): the per-core figure. With ``--pin`` the server is started on the last CPU (so
+the Go runtime sizes GOMAXPROCS to 1) and the load generator and sink run on the others. The
+table has each server's best round and, in brackets, the ratio of the medians of the rounds.
 
     .venv/bin/python bench/vs_otelcol.py [--seconds 8] [--rounds 2] [--pin] [--only k8s] [--no-k8s]
-                                         [--profile DIR]   (gputally under cProfile: where the time goes)
+                                         [--no-slurm] [--profile DIR]   (gputally under cProfile)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -40,6 +55,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,26 +70,49 @@ ROOT = Path(__file__).resolve().parent.parent
 SINK = Path(__file__).parent / "sink.py"
 BUILD = ROOT / "tests" / "harness" / "otelcol" / "build.sh"
 SERVERS = ("gputally", "otelcol")
-FORWARD, RESOURCE, POINT, K8S, HTTP = (
+FORWARD, RESOURCE, POINT, K8S, SLURM, HTTP = (
     "forward (no processor)", "resource attribute insert", "attribute on every point", "k8s (node mode)",
-    "forward over OTLP/HTTP")
-SCENARIOS = [FORWARD, RESOURCE, POINT, K8S, HTTP]
+    "k8s + slurm + usage", "forward over OTLP/HTTP")
+SCENARIOS = [FORWARD, RESOURCE, POINT, K8S, SLURM, HTTP]
+ATTRIBUTED = (K8S, SLURM)
 CLUSTER = ("k8s.cluster.name", "bench")
+Payload = bytes | Callable[[], bytes]
+"""The same request every time, or a new one per call (a new sample time, for usage)."""
+
+
+@dataclass
+class Node:
+    """An attributed node of the k8s scenarios: where its k8s processor looks, its slurm
+    processor's config, the request, and what each request must get (resources per request by
+    ``"<processor> <source>"`` on the server's /metrics)."""
+
+    name: str
+    socket: Path
+    allocations: int
+    """GPUs the PodResources socket allocates to pods."""
+    payload: Payload
+    slurm: dict[str, Any] | None = None
+    expected: dict[str, float] = field(default_factory=dict)
 
 
 class Context:
-    """What the scenarios share: payloads, the k8s fixtures, what k8s was seen to add."""
+    """What the scenarios share: payloads, the attributed nodes, what their processors were seen to add."""
 
     def __init__(self) -> None:
         from gputally.otlp.census import census_metrics
 
         self.payload = gpu_node_request().SerializeToString()
         self.points = census_metrics(self.payload).items
-        self.k8s_payload: bytes | None = None
+        self.plane: Any = None
+        """The API server of the attributed scenarios."""
         self.kubeconfig: Path | None = None
-        self.socket: Path | None = None
-        self.k8s_added: list[tuple[str, Any]] | None = None  # what otelcol's resource inserts in the k8s scenario
-        self.k8s_note = ""
+        self.nodes: dict[str, Node] = {}
+        self.added: dict[str, list[tuple[str, Any]]] = {}
+        """Per attributed scenario: what otelcol's resource inserts on every resource."""
+        self.notes: dict[str, str] = {}
+
+    def payload_of(self, scenario: str) -> Payload:
+        return self.nodes[scenario].payload if scenario in self.nodes else self.payload
 
 
 def processors(server: str, scenario: str, ctx: Context) -> dict[str, Any]:
@@ -88,15 +127,19 @@ def processors(server: str, scenario: str, ctx: Context) -> dict[str, Any]:
             return {"attributes/bench": {"actions": [
                 {"key": key, "value": value, "action": "insert", "context": "point"}]}}
         return {"attributes/bench": {"actions": [{"key": key, "value": value, "action": "insert"}]}}
-    if scenario == K8S:
+    if scenario in ATTRIBUTED:
         if server == "gputally":
-            from k8s_throughput import NODE
-
-            return {"k8s": {"mode": "node", "node_name": NODE, "kubeconfig": str(ctx.kubeconfig),
-                            "pod_resources": {"socket": str(ctx.socket)}, "extract": {"labels": ["app"]}}}
-        assert ctx.k8s_added is not None, "run(learn=True) says what k8s adds"
-        return {"resource/k8s": {"attributes": [
-            {"key": k, "value": v, "action": "insert"} for k, v in ctx.k8s_added]}}
+            node = ctx.nodes[scenario]
+            procs: dict[str, Any] = {"k8s": {
+                "mode": "node", "node_name": node.name, "kubeconfig": str(ctx.kubeconfig),
+                "pod_resources": {"socket": str(node.socket)}, "extract": {"labels": ["app"]}}}
+            if node.slurm is not None:
+                procs["slurm"] = node.slurm
+                procs["usage"] = {"settle": 0, "emit_interval": "10s"}  # as bench/usage_cost.py
+            return procs
+        assert scenario in ctx.added, "run(learn=True) says what gputally adds"
+        return {"resource/attributed": {"attributes": [
+            {"key": k, "value": v, "action": "insert"} for k, v in ctx.added[scenario]]}}
     return {}
 
 
@@ -106,7 +149,8 @@ def config(server: str, scenario: str, ports: dict[str, int], ctx: Context) -> d
     if scenario == HTTP:
         receiver = {"http": {"endpoint": f"127.0.0.1:{ports['http']}"}}
     if server == "gputally":
-        telemetry: dict[str, Any] = {"metrics": {"address": f"127.0.0.1:{ports['admin']}" if scenario == K8S else None}}
+        telemetry: dict[str, Any] = {
+            "metrics": {"address": f"127.0.0.1:{ports['admin']}" if scenario in ATTRIBUTED else None}}
     else:
         telemetry = {"metrics": {"level": "none"}, "logs": {"level": "warn"}}
     return {
@@ -135,7 +179,7 @@ class Load:
         self.refused = 0
         self.latencies: list[float] = []
 
-    async def grpc(self, port: int, payload: bytes, seconds: float, in_flight: int) -> Load:
+    async def grpc(self, port: int, payload: Payload, seconds: float, in_flight: int) -> Load:
         import grpc
 
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -143,7 +187,7 @@ class Load:
 
             async def one() -> bool:
                 try:
-                    await call(payload, timeout=10)
+                    await call(payload() if callable(payload) else payload, timeout=10)
                 except grpc.aio.AioRpcError as error:
                     if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
                         raise
@@ -153,7 +197,7 @@ class Load:
             await self._workers(one, seconds, in_flight)
         return self
 
-    async def http(self, port: int, payload: bytes, seconds: float, in_flight: int) -> Load:
+    async def http(self, port: int, payload: Payload, seconds: float, in_flight: int) -> Load:
         import aiohttp
 
         url = f"http://127.0.0.1:{port}/v1/metrics"
@@ -161,7 +205,8 @@ class Load:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=in_flight)) as session:
 
             async def one() -> bool:
-                async with session.post(url, data=payload, headers=headers) as response:
+                body = payload() if callable(payload) else payload
+                async with session.post(url, data=body, headers=headers) as response:
                     await response.read()
                     if response.status not in (200, 429, 503):
                         raise RuntimeError(f"HTTP {response.status} from {url}")
@@ -203,15 +248,16 @@ class Sink:
     debug exporter with its log lines below the log level), counted by its own
     otelcol_receiver_accepted_metric_points: pinned, bench/sink.py (Python) shares its core with
     the load generator and falls behind otelcol-under-test, whose queue then fills and refuses.
-    ``keep_first``: bench/sink.py instead, keeping the first request's bytes there."""
+    ``keep``: the otelcol sink also writes every request it receives to this file (OTLP/JSON, a
+    line each), for :meth:`last_request`."""
 
     def __init__(self, args: argparse.Namespace, port: int, cpus: list[int], tmp: Path,
-                 keep_first: Path | None = None) -> None:
+                 keep: Path | None = None) -> None:
         self.report = tmp / "sink.json"
-        if keep_first or args.python_sink:
+        self.keep = keep
+        if args.python_sink and not keep:
             self.url = ""
-            self.proc = spawn([sys.executable, str(SINK), "--port", str(port), "--report", str(self.report),
-                               *(["--keep-first", str(keep_first)] if keep_first else [])], cpus,
+            self.proc = spawn([sys.executable, str(SINK), "--port", str(port), "--report", str(self.report)], cpus,
                               stdout=subprocess.PIPE)
             assert self.proc.stdout is not None
             self.proc.stdout.readline()
@@ -219,11 +265,14 @@ class Sink:
         metrics_port = free_port()
         self.url = f"http://127.0.0.1:{metrics_port}/metrics"
         path = tmp / "sink.yaml"
+        exporters: dict[str, Any] = {"debug": {"verbosity": "basic"}}
+        if keep:
+            exporters["file"] = {"path": str(keep), "format": "json", "flush_interval": "100ms"}
         path.write_text(json.dumps({
             "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{port}",
                                                           "max_recv_msg_size_mib": 64}}}},
-            "exporters": {"debug": {"verbosity": "basic"}},
-            "service": {"pipelines": {"metrics": {"receivers": ["otlp"], "exporters": ["debug"]}},
+            "exporters": exporters,
+            "service": {"pipelines": {"metrics": {"receivers": ["otlp"], "exporters": list(exporters)}},
                         "telemetry": {"logs": {"level": "warn"}, "metrics": {"level": "normal", "readers": [
                             {"pull": {"exporter": {"prometheus": {"host": "127.0.0.1", "port": metrics_port}}}}]}}},
         }))
@@ -248,6 +297,23 @@ class Sink:
         while self.points() < points and time.monotonic() < deadline:
             time.sleep(0.05)
 
+    def delivered(self, timeout: float = 10.0) -> list[bytes]:
+        """The requests written to ``keep`` so far (the file exporter flushes every 100 ms),
+        encoded, last first; one written in part is left out."""
+        from gputally.errors import InvalidRequest
+        from gputally.otlp.json import decode
+
+        assert self.keep is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            found = []
+            for line in reversed(self.keep.read_bytes().splitlines() if self.keep.exists() else []):
+                with contextlib.suppress(InvalidRequest):
+                    found.append(decode(line, ExportMetricsServiceRequest()).SerializeToString())
+            if found or time.monotonic() > deadline:
+                return found
+            time.sleep(0.1)
+
     def stop(self) -> int:
         received = self.points()
         self.proc.terminate()
@@ -256,23 +322,24 @@ class Sink:
 
 
 def run(server: str, scenario: str, args: argparse.Namespace, ctx: Context, *, learn: bool = False) -> dict[str, Any]:
-    """One fresh server and sink, warmed for 1 s, then ``args.seconds`` of load; ``learn``: gputally's k8s
-    with bench/sink.py keeping its first request, from which learn_k8s counts what k8s adds."""
+    """One fresh server and sink, warmed for 1 s (and until attribution settled), then
+    ``args.seconds`` of load; ``learn``: gputally only, then what it added to the last request
+    delivered (see :func:`learn_added`)."""
     ports = {name: free_port() for name in ("grpc", "http", "sink", "admin")}
-    payload = ctx.k8s_payload if scenario == K8S else ctx.payload
-    assert payload is not None
+    payload = ctx.payload_of(scenario)
     points = ctx.points
+    node = ctx.nodes.get(scenario) if server == "gputally" else None
     cpus = list(range(os.cpu_count() or 1))
     server_cpus, other_cpus = (cpus[-1:], cpus[:-1] or cpus) if args.pin else (cpus, cpus)
     with tempfile.TemporaryDirectory() as tmp:
-        path, first = Path(tmp) / "config.yaml", Path(tmp) / "first.bin"
+        path, kept = Path(tmp) / "config.yaml", Path(tmp) / "delivered.jsonl"
         path.write_text(json.dumps(config(server, scenario, ports, ctx)))  # JSON is YAML
-        sink = Sink(args, ports["sink"], other_cpus, Path(tmp), keep_first=first if learn else None)
+        sink = Sink(args, ports["sink"], other_cpus, Path(tmp), keep=kept if learn else None)
         command = ([str(Path(sys.executable).parent / "gputally"), "serve", "--config", str(path)]
                    if server == "gputally" else [str(args.otelcol), "--config", str(path)])
         if args.profile and server == "gputally" and not learn:  # cProfile of the main thread (the event loop)
             args.profile.mkdir(parents=True, exist_ok=True)
-            out = args.profile / (scenario.split(" (")[0].replace(" ", "-").replace("/", "") + ".prof")
+            out = args.profile / (scenario.split(" (")[0].replace(" + ", "-").replace(" ", "-").replace("/", "") + ".prof")
             command = [sys.executable, "-m", "cProfile", "-o", str(out), *command]
         # Pinned from the start, so Go's runtime sees one CPU (GOMAXPROCS=1), as Python's one core.
         proc = spawn(command, server_cpus, stderr=None if args.verbose else subprocess.DEVNULL)
@@ -286,19 +353,23 @@ def run(server: str, scenario: str, args: argparse.Namespace, ctx: Context, *, l
 
         try:
             wait_port(ports["http" if scenario == HTTP else "grpc"], 30)
-            if scenario == K8S and server == "gputally":
-                from gpu_node_request import GPUS
+            if node is not None:
                 from k8s_setup import wait_metric
 
                 wait_metric(ports["admin"], "gputally_k8s_synced", lambda v: v == 1, 60)
-                wait_metric(ports["admin"], "gputally_k8s_device_allocations", lambda v: v >= GPUS, 60)
+                wait_metric(ports["admin"], "gputally_k8s_device_allocations", lambda v: v >= node.allocations, 60)
             ps = psutil.Process(proc.pid)
-            warm = send(0.2 if learn else 1.0).sent
+            warm = send(1.0).sent
+            if node is not None:
+                warm += settle(ports["admin"], node, send)
             sink.wait(warm * points)
             if learn:
-                learn_k8s(ctx, payload, first.read_bytes())
+                time.sleep(0.3)  # the sink's file exporter flushes every 100 ms
+                sample = payload() if callable(payload) else payload
+                learn_added(ctx, scenario, sample, sink.delivered())
                 return {}
-            cpu0 = sum(ps.cpu_times()[:2])
+            before = attribution(ports["admin"]) if node is not None else {}
+            cpu0 = server_cpu(ps)
             t0 = time.perf_counter()
             measured = send(args.seconds)
             sent, latencies = measured.sent, measured.latencies
@@ -306,11 +377,14 @@ def run(server: str, scenario: str, args: argparse.Namespace, ctx: Context, *, l
             rss = ps.memory_info().rss
             sink.wait((warm + sent) * points)
             delivered_wall = time.perf_counter() - t0
-            cpu = sum(ps.cpu_times()[:2]) - cpu0
+            cpu = server_cpu(ps) - cpu0
+            attributed = per_request(before, attribution(ports["admin"]), sent) if node is not None else {}
         finally:
             proc.terminate()
             proc.wait(30)
             received = sink.stop()
+    if node is not None and attributed != node.expected:
+        raise RuntimeError(f"{scenario}: attributed per request {attributed}, want {node.expected}")
     latencies.sort()
     return {
         "points_per_s": sent * points / wall,
@@ -324,49 +398,151 @@ def run(server: str, scenario: str, args: argparse.Namespace, ctx: Context, *, l
     }
 
 
+def server_cpu(ps: psutil.Process) -> float:
+    """CPU seconds of the server and of its reaped children (the slurm ``cli`` backend's commands)."""
+    times = ps.cpu_times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+ATTRIBUTION = {"gputally_k8s_attribution_total": "k8s", "gputally_slurm_resources_total": "slurm"}
+SOURCES = {"k8s": ("cgroup", "podresources", "none", "pending"), "slurm": ("cgroup", "environ", "gres", "none")}
+
+
+def attribution(admin_port: int) -> dict[str, float]:
+    """The attribution counters on the server's /metrics by ``"<processor> <source>"``."""
+    from k8s_setup import metric
+
+    counts = {}
+    for name, processor in ATTRIBUTION.items():
+        for source in SOURCES[processor]:
+            value = metric(admin_port, name, {"source": source})
+            if value is not None:
+                counts[f"{processor} {source}"] = value
+    return counts
+
+
+def per_request(before: dict[str, float], after: dict[str, float], requests: int) -> dict[str, float]:
+    """Growth per request of the counters that grew."""
+    grown = {key: (value - before.get(key, 0.0)) / max(requests, 1) for key, value in after.items()}
+    return {key: value for key, value in grown.items() if value}
+
+
+SETTLE_TIMEOUT = 60.0
+"""Longest wait for the processors to attribute every request as they should."""
+
+
+def settle(admin_port: int, node: Node, send: Callable[[float], Load]) -> int:
+    """Send in 0.5 s bursts until a burst's requests were all attributed as ``node.expected``
+    says (slurm: once the jobs' metadata and GRES GPUs are cached); the requests sent."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    sent = 0
+    while True:
+        before = attribution(admin_port)
+        burst = send(0.5).sent
+        sent += burst
+        got = per_request(before, attribution(admin_port), burst)
+        if got == node.expected:
+            return sent
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"attribution did not settle in {SETTLE_TIMEOUT:.0f} s: per request {got}, "
+                               f"want {node.expected}")
+
+
 def _value(kv: Any) -> Any:
     kind = kv.value.WhichOneof("value")
     return getattr(kv.value, kind) if kind in ("string_value", "int_value", "double_value", "bool_value") else str(kv.value)
 
 
-def learn_k8s(ctx: Context, sent: bytes, delivered: bytes) -> None:
-    """Count the resource attributes gputally's k8s processor added (delivered minus sent), per
-    resource; otelcol's ``resource`` then inserts the rounded mean number of them on every resource,
-    the keys and values of the most attributed resource (the same total number of attributes)."""
+def learn_added(ctx: Context, scenario: str, sent: bytes, delivered: list[bytes]) -> None:
+    """Count the resource attributes gputally's processors added to the last delivered request
+    of ``sent``'s resources (delivered minus sent, per resource); otelcol's ``resource`` then
+    inserts the rounded mean number of them on every resource, the keys and values of the most
+    attributed resource (the same total number of attributes). A delivered request may hold
+    several (the exporter sends a backlog as one); usage's own requests are passed over."""
     before = ExportMetricsServiceRequest.FromString(sent)
-    after = ExportMetricsServiceRequest.FromString(delivered)
 
     def identity(rm: Any) -> tuple[Any, ...]:
         return tuple(sorted((kv.key, _value(kv)) for kv in rm.resource.attributes if kv.key in ("hw.id", "process.pid")))
 
     keys = {identity(rm): {kv.key for kv in rm.resource.attributes} for rm in before.resource_metrics}
-    added = [[(kv.key, _value(kv)) for kv in rm.resource.attributes if kv.key not in keys[identity(rm)]]
-             for rm in after.resource_metrics]
+    added: list[list[tuple[str, Any]]] = []
+    for raw in delivered:
+        after = ExportMetricsServiceRequest.FromString(raw)
+        added = [[(kv.key, _value(kv)) for kv in rm.resource.attributes if kv.key not in keys[identity(rm)]]
+                 for rm in after.resource_metrics if identity(rm) in keys]
+        if added:
+            break
+    if not added:
+        raise RuntimeError(f"{scenario}: none of the {len(delivered)} requests the sink kept holds the load's resources")
     counts = [len(a) for a in added]
     mean = statistics.mean(counts)
     richest = max(added, key=len)
     n = round(mean)
-    ctx.k8s_added = richest[:n] + [(f"k8s.bench.pad_{i}", "x" * 16) for i in range(n - len(richest))]
-    ctx.k8s_note = (f"k8s added {sum(counts)} attributes to {len(counts)} resources per request ({mean:.1f} per "
-                    f"resource on average, {min(counts)}-{max(counts)}); otelcol's resource processor inserts "
-                    f"{n} on every resource: {', '.join(k for k, _ in ctx.k8s_added)}")
+    ctx.added[scenario] = richest[:n] + [(f"k8s.bench.pad_{i}", "x" * 16) for i in range(n - len(richest))]
+    ctx.notes[scenario] = (
+        f"{scenario}: gputally added {sum(counts)} attributes to {len(counts)} resources ({mean:.1f} per resource "
+        f"on average, {min(counts)}-{max(counts)}); otelcol's resource processor inserts {n} on every resource: "
+        f"{', '.join(k for k, _ in ctx.added[scenario])}")
 
 
-def setup_k8s(ctx: Context, stack: list[Callable[[], None]], tmp: Path) -> None:
+def setup_k8s(ctx: Context, stack: contextlib.ExitStack, tmp: Path) -> None:
     """The attributed node of bench/k8s_throughput.py: 10 pods in a real API server, 8 GPUs in PodResources."""
-    from gpu_node_request import GPUS
-    from k8s_setup import FakeKubelet, cluster
-    from k8s_throughput import node_request, setup_pods
+    from gpu_node_request import GPUS, PROCESSES
+    from k8s_setup import FakeKubelet
+    from k8s_throughput import NODE, gpu_uuid, node_request, setup_pods
 
-    control_plane = cluster()
-    stack.append(control_plane.stop)
-    ns, pods = setup_pods(control_plane.admin_client(), 10)
-    ctx.socket = tmp / "kubelet.sock"
-    kubelet = FakeKubelet(ctx.socket, [
-        (ns, pods[g]["name"], "main", f"GPU-1e061ec2-3930-fe87-1e34-cb91101c1b{g:02d}") for g in range(GPUS)])
-    stack.append(kubelet.stop)
-    ctx.kubeconfig = control_plane.limited_kubeconfig
-    ctx.k8s_payload = node_request([(p["uid"], p["cid"]) for p in pods]).SerializeToString()
+    ns, pods = setup_pods(control_plane(ctx, stack).admin_client(), PROCESSES)
+    socket = tmp / "kubelet.sock"
+    kubelet = FakeKubelet(socket, [(ns, pods[g]["name"], "main", gpu_uuid(g)) for g in range(GPUS)])
+    stack.callback(kubelet.stop)
+    payload = node_request([(p["uid"], p["cid"]) for p in pods]).SerializeToString()
+    ctx.nodes[K8S] = Node(NODE, socket, GPUS, payload, expected={"k8s cgroup": PROCESSES, "k8s podresources": GPUS})
+
+
+def setup_slurm(ctx: Context, stack: contextlib.ExitStack, tmp: Path) -> None:
+    """bench/k8s_throughput.py's mixed node: a real one-node Slurm cluster (bench/slurm_setup.py)
+    whose two jobs hold GPUs 0 and 1 and run processes 0, 1, 8, 9 (their real pids and cgroups),
+    pods holding the other GPUs and processes; the request renamed and restamped on every call
+    as bench/usage_cost.py does, so usage integrates each one."""
+    from gpu_node_request import GPUS, PROCESSES
+    from k8s_setup import FakeKubelet
+    from k8s_throughput import gpu_uuid, node_request, setup_pods
+    from slurm_setup import check_metadata, processor_config, slurm_node
+    from usage_cost import restamped
+
+    plane = control_plane(ctx, stack)
+    cluster, jobs = stack.enter_context(slurm_node())
+    job_of_gpu = dict(enumerate(jobs))
+    slurm_processes = {i: (job.pids[i // GPUS], job.cgroups[i // GPUS])
+                       for i in range(PROCESSES) if (job := job_of_gpu.get(i % GPUS)) is not None}
+    pod_processes = [i for i in range(PROCESSES) if i not in slurm_processes]
+    ns, pods = setup_pods(plane.admin_client(), len(pod_processes), node=cluster.node)
+    pod_of = dict(zip(pod_processes, pods, strict=True))
+    socket = tmp / "kubelet-slurm.sock"
+    kubelet = FakeKubelet(socket, [(ns, pod_of[g]["name"], "main", gpu_uuid(g))
+                                   for g in range(GPUS) if g not in job_of_gpu])
+    stack.callback(kubelet.stop)
+    payload = node_request([(p["uid"], p["cid"]) for p in pods], node=cluster.node,
+                           slurm=slurm_processes).SerializeToString()
+    check_metadata(cluster, jobs, payload)
+    pod_gpus = GPUS - len(job_of_gpu)
+    ctx.nodes[SLURM] = Node(cluster.node, socket, pod_gpus, restamped(payload), processor_config(cluster), {
+        "k8s cgroup": len(pod_processes), "k8s podresources": pod_gpus,
+        "k8s none": len(slurm_processes) + len(job_of_gpu),
+        "slurm cgroup": len(slurm_processes), "slurm gres": len(job_of_gpu),
+        "slurm none": len(pod_processes) + pod_gpus,
+    })
+
+
+def control_plane(ctx: Context, stack: contextlib.ExitStack) -> Any:
+    """The harness's etcd + kube-apiserver, started once for every attributed scenario."""
+    from k8s_setup import cluster
+
+    if ctx.plane is None:
+        ctx.plane = cluster()
+        stack.callback(ctx.plane.stop)
+        ctx.kubeconfig = ctx.plane.limited_kubeconfig
+    return ctx.plane
 
 
 def find_otelcol() -> Path:
@@ -384,7 +560,10 @@ def main() -> None:
     parser.add_argument("--pin", action="store_true",
                         help="server on the last CPU (from its start); load generator and sink on the others")
     parser.add_argument("--only", help="run only scenarios whose name contains this")
-    parser.add_argument("--no-k8s", action="store_true", help="skip the k8s scenario (it starts etcd + kube-apiserver)")
+    parser.add_argument("--no-k8s", action="store_true",
+                        help="skip the k8s scenarios (they start etcd + kube-apiserver, and Slurm)")
+    parser.add_argument("--no-slurm", action="store_true",
+                        help="skip k8s + slurm + usage (it starts a Slurm cluster: root, tests/harness/slurm/setup.sh)")
     parser.add_argument("--otelcol", type=Path, help="the otelcol binary (default: tests/harness/otelcol/build.sh's)")
     parser.add_argument("--python-sink", action="store_true", help="bench/sink.py as the backend (default: otelcol)")
     parser.add_argument("--verbose", action="store_true", help="let the servers' stderr through")
@@ -394,51 +573,63 @@ def main() -> None:
     parser.add_argument("--profile-top", type=int, default=15, help="functions printed per profile")
     args = parser.parse_args()
     args.otelcol = args.otelcol or find_otelcol()
-    scenarios = [s for s in SCENARIOS if (not args.only or args.only in s) and not (args.no_k8s and s == K8S)]
+    skipped = {*(ATTRIBUTED if args.no_k8s else ()), *((SLURM,) if args.no_slurm else ())}
+    scenarios = [s for s in SCENARIOS if (not args.only or args.only in s) and s not in skipped]
     version = subprocess.run([str(args.otelcol), "--version"], capture_output=True, text=True).stdout.strip()
-
-    from gputally.otlp.census import census_metrics
 
     ctx = Context()
     print(f"request: {ctx.points} points, {len(ctx.payload)} bytes; {args.in_flight} in flight; {os.cpu_count()} CPUs; "
-          f"{args.seconds:.0f} s per run; best of {args.rounds} round(s), servers alternating; {version}"
+          f"{args.seconds:.0f} s per run; {args.rounds} round(s), servers alternating; {version}"
           + ("; server pinned to its own CPU" if args.pin else ""))
-    best: dict[tuple[str, str], dict[str, Any]] = {}
-    stack: list[Callable[[], None]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            if K8S in scenarios:
-                setup_k8s(ctx, stack, Path(tmp))
-                assert census_metrics(ctx.k8s_payload).items == ctx.points  # type: ignore[arg-type]
-                run("gputally", K8S, args, ctx, learn=True)
-                print(ctx.k8s_note, flush=True)
-            for round_ in range(args.rounds):
-                for scenario in scenarios:
-                    # gputally first in even rounds, otelcol first in odd ones
-                    order = SERVERS if round_ % 2 == 0 else SERVERS[::-1]
-                    for server in order:
-                        r = run(server, scenario, args, ctx)
-                        print(f"  round {round_ + 1} {server:8} {scenario:28} {r['points_per_cpu_s']:>9,.0f} pts/CPU-s "
-                              f"p50 {r['p50_ms']:6.2f} p99 {r['p99_ms']:6.2f} ms RSS {r['rss_mib']:6.1f} MiB "
-                              f"lost {r['lost']} refused {r['refused']}", flush=True)
-                        key = (server, scenario)
-                        if key not in best or r["points_per_cpu_s"] > best[key]["points_per_cpu_s"]:
-                            best[key] = r
-        finally:
-            for stop in reversed(stack):
-                stop()
-    print("best round per server; pts/CPU-s: points per second of server CPU (user+sys, all threads); "
-          "ratio = gputally / otelcol; refused: requests answered 429 / RESOURCE_EXHAUSTED (queue full), sent again")
-    print(f"{'scenario':28} {'gputally':>9} {'otelcol':>9} {'ratio':>6} {'p50 ms g/o':>13} {'p99 ms g/o':>13} "
-          f"{'RSS MiB g/o':>13} {'lost g/o':>9} {'refused g/o':>11}")
+    results: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        for scenario, setup in ((K8S, setup_k8s), (SLURM, setup_slurm)):
+            if scenario in scenarios:
+                setup(ctx, stack, Path(tmp))
+                check_points(ctx, scenario)
+                run("gputally", scenario, args, ctx, learn=True)
+                print(ctx.notes[scenario], flush=True)
+        for round_ in range(args.rounds):
+            for scenario in scenarios:
+                # gputally first in even rounds, otelcol first in odd ones
+                order = SERVERS if round_ % 2 == 0 else SERVERS[::-1]
+                for server in order:
+                    r = run(server, scenario, args, ctx)
+                    print(f"  round {round_ + 1} {server:8} {scenario:28} {r['points_per_cpu_s']:>9,.0f} pts/CPU-s "
+                          f"p50 {r['p50_ms']:6.2f} p99 {r['p99_ms']:6.2f} ms RSS {r['rss_mib']:6.1f} MiB "
+                          f"lost {r['lost']} refused {r['refused']}", flush=True)
+                    results.setdefault((server, scenario), []).append(r)
+    report(scenarios, results, args, ctx)
+
+
+def check_points(ctx: Context, scenario: str) -> None:
+    """An attributed scenario's request has the same points as the others'."""
+    from gputally.otlp.census import census_metrics
+
+    payload = ctx.payload_of(scenario)
+    sample = payload() if callable(payload) else payload
+    assert census_metrics(sample).items == ctx.points, scenario
+
+
+def report(scenarios: list[str], results: dict[tuple[str, str], list[dict[str, Any]]], args: argparse.Namespace,
+           ctx: Context) -> None:
+    """The table: each server's best round (and the median of its rounds' pts/CPU-s)."""
+    print("best round per server; pts/CPU-s: points per second of server CPU (user+sys, all threads, reaped "
+          "children); ratio = gputally / otelcol, best vs best (median vs median in brackets); refused: requests "
+          "answered 429 / RESOURCE_EXHAUSTED (queue full), sent again")
+    print(f"{'scenario':28} {'gputally':>9} {'otelcol':>9} {'ratio':>6} {'(median)':>8} {'p50 ms g/o':>13} "
+          f"{'p99 ms g/o':>13} {'RSS MiB g/o':>13} {'lost g/o':>9} {'refused g/o':>11}")
     for scenario in scenarios:
-        g, o = best[("gputally", scenario)], best[("otelcol", scenario)]
+        runs = {server: results[(server, scenario)] for server in SERVERS}
+        g, o = (max(runs[server], key=lambda r: r["points_per_cpu_s"]) for server in SERVERS)
+        gm, om = (statistics.median(r["points_per_cpu_s"] for r in runs[server]) for server in SERVERS)
         print(f"{scenario:28} {g['points_per_cpu_s']:>9,.0f} {o['points_per_cpu_s']:>9,.0f} "
-              f"{g['points_per_cpu_s'] / o['points_per_cpu_s']:>5.2f}x "
+              f"{g['points_per_cpu_s'] / o['points_per_cpu_s']:>5.2f}x {f'({gm / om:.2f}x)':>8} "
               f"{g['p50_ms']:>6.2f}/{o['p50_ms']:<6.2f} {g['p99_ms']:>6.2f}/{o['p99_ms']:<6.2f} "
               f"{g['rss_mib']:>6.1f}/{o['rss_mib']:<6.1f} {g['lost']:>4}/{o['lost']:<4} {g['refused']:>5}/{o['refused']:<5}")
-    if ctx.k8s_note:
-        print(ctx.k8s_note)
+    for scenario in scenarios:
+        if scenario in ctx.notes:
+            print(ctx.notes[scenario])
     print("sink: " + ("bench/sink.py" if args.python_sink else "the same otelcol binary (OTLP/gRPC in, debug exporter), "
                       "sharing a CPU with the load generator"))
     if args.profile:
