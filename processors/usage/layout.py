@@ -66,13 +66,10 @@ class Layout:
     entries: tuple[tuple[Any, tuple[Slot, ...]], ...]
     """(decision, wanted points) per resource the caller wants, in request order."""
     size: int
-    resolved: tuple[tuple[Any, tuple[tuple[str, int, float], ...]], ...] = ()
-    """Per entry, the one point of each role that counts when all points share one time:
-    ``(role, value index, scale)``, the lowest rank first seen winning."""
     untimed: bool = False
     """Some wanted point carries no time: always read point by point."""
     plan: Any = None
-    """What the reader made of ``resolved``, kept with the layout (see Observer._laid_out)."""
+    """What the reader made of ``entries`` when the layout was built, kept with it."""
     hits: int = 0
 
     def matches(self, raw: bytes) -> bool:
@@ -151,10 +148,7 @@ class Wants:
 class _Builder:
     def __init__(self, raw: bytes, wants: Wants) -> None:
         self.raw = raw
-        self.decide = wants.decide
-        self.wanted = wants.wanted
-        self.tasked = wants.tasked
-        self.general = wants.general
+        self.wants = wants
         self.blanks: list[tuple[int, int]] = []
         self.value_format: list[tuple[int, str]] = []
         self.time_offsets: list[int] = []
@@ -177,7 +171,6 @@ class _Builder:
             times=_struct([(offset, "Q") for offset in self.time_offsets]),
             entries=tuple(self.entries),
             size=len(raw),
-            resolved=tuple((decision, _resolve(slots)) for decision, slots in self.entries if slots),
             untimed=any(slot.time < 0 for _, slots in self.entries for slot in slots),
         )
 
@@ -198,8 +191,8 @@ class _Builder:
             elif number == _RM_SCOPE_METRICS:
                 self._expect(wire, _LEN)
                 scopes.append((start, stop))
-        decision = self.decide(resource)
-        table = self.wanted(decision) if decision is not None else {}
+        decision = self.wants.decide(resource)
+        table = self.wants.wanted(decision) if decision is not None else {}
         slots: list[Slot] = []
         for start, stop in scopes:
             for number, wire, m_start, m_stop in _fields(self.raw, start, stop):
@@ -232,7 +225,7 @@ class _Builder:
                 continue
             self._expect(wire, _LEN)
             if kind in (_GAUGE, _SUM):
-                self._number_point(p_start, p_stop, spec, name in self.tasked, slots)
+                self._number_point(p_start, p_stop, spec, name in self.wants.tasked, slots)
             elif kind == _SUMMARY:
                 self._blank_fixed(p_start, p_stop, nested=_SUMMARY_QUANTILES)
             else:  # histograms: fixed-width fields and packed arrays blanked; varints stay (and miss if they change)
@@ -257,7 +250,7 @@ class _Builder:
                 self.blanks.append((start, stop))  # a field newer than this reader: its numbers may change
         if spec is None or value_at < 0:
             return
-        if tasked and not self.general(NumberDataPoint.FromString(self.raw[pos:end]).attributes):
+        if tasked and not self.wants.general(NumberDataPoint.FromString(self.raw[pos:end]).attributes):
             return
         role, scale, rank = spec
         if time_at >= 0:
@@ -271,15 +264,6 @@ class _Builder:
                 self.blanks.append((start, stop))
             elif wire == _LEN and number == nested:
                 self._blank_fixed(start, stop)
-
-
-def _resolve(slots: tuple[Slot, ...]) -> tuple[tuple[str, int, float], ...]:
-    best: dict[str, Slot] = {}
-    for slot in slots:
-        held = best.get(slot.role)
-        if held is None or slot.rank < held.rank:
-            best[slot.role] = slot
-    return tuple((slot.role, slot.value, slot.scale) for slot in best.values())
 
 
 def _struct(fields: list[tuple[int, str]]) -> struct.Struct:

@@ -270,7 +270,6 @@ class Ledger:
         idle_below = self.config.idle_below
         per = dt / len(holders)
         judged: list[Owner] = []
-        spells = False
         for holder in holders:
             account = accounts.get(holder) or _opened(accounts, holder, since)
             account.allocated += per
@@ -295,12 +294,7 @@ class Ledger:
                 if idle or account.idle_since is not None:
                     self._spell(hw_id, state, owner, account, previous, t, idle, "holding")
                 judged.append(owner)
-        for owner, account in accounts.items():
-            if account.idle_since is not None and owner not in judged:
-                spells = True
-                break
-        if spells:
-            self._close_spells(hw_id, state, t, keep=judged)
+        self._close_spells(hw_id, state, t, keep=judged)
 
     def _see(self, named: Named, hw_id: str, t: int) -> Owner:
         owner, attributes = named

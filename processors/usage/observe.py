@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from .layout import Layout, Wants, build
+from .layout import Layout, Slot, Wants, build
 from .layouts import Layouts
 from .owners import UNATTRIBUTED, Named, OwnerRules, Value
 
@@ -125,6 +125,8 @@ class Sample:
     """Monotonic time the first part of the sample arrived (for ``settle``)."""
 
 
+T = TypeVar("T")
+
 Observation = tuple[str, int, DeviceReading | None, str, ProcessReading | None]
 """``(hw_id, time_ns, device reading, process key, process reading)``: one resource at one time."""
 
@@ -200,19 +202,14 @@ class Observer:
         values, times = layout.read(raw)
         if times and times.count(times[0]) == len(times) and not layout.untimed:
             time_ns = times[0]  # one sample time for the whole request, as a probe sends it
-            plan = layout.plan
-            if plan is None:
-                plan = layout.plan = tuple(_plan(decision, roles) for decision, roles in layout.resolved)
-            for decision, ui, us, ei, es, mi, ms, li, ls, fi, fs in plan:
+            for decision, ui, us, ei, es, mi, ms, li, ls, fi, fs in layout.plan:
                 utilization = values[ui] * us if ui >= 0 else None
                 memory = values[mi] * ms if mi >= 0 else None
                 if decision.process is not None:
                     yield decision.hw_id, time_ns, None, decision.process, ProcessReading(
                         decision.owner, utilization, memory)
                     continue
-                limit = values[li] * ls if li >= 0 else None
-                if limit is None and memory is not None and fi >= 0:
-                    limit = memory + values[fi] * fs
+                limit = _limit(memory, values[li] * ls if li >= 0 else None, values[fi] * fs if fi >= 0 else None)
                 yield decision.hw_id, time_ns, DeviceReading(
                     utilization, values[ei] * es if ei >= 0 else None, memory, limit,
                     decision.allocation, decision.attributes), "", None
@@ -226,7 +223,9 @@ class Observer:
                 yield _observation(decision, time_ns, {role: value for role, (_, value) in roles.items()})
 
     def _layout(self, raw: bytes) -> Layout:
-        return build(raw, self._wants)
+        layout = build(raw, self._wants)
+        layout.plan = tuple(_plan(decision, slots) for decision, slots in layout.entries if slots)
+        return layout
 
     def _decide(self, raw: bytes) -> _Decision | None:
         try:
@@ -260,7 +259,7 @@ def _general(attributes: Any) -> bool:
     return True
 
 
-def _hold(roles: dict[str, tuple[int, float]], role: str, rank: int, value: float) -> None:
+def _hold(roles: dict[str, tuple[int, T]], role: str, rank: int, value: T) -> None:
     """Keep ``value`` for ``role`` unless a source of lower rank already gave one (a GPU that
     reports both ``hw.*`` and ``DCGM_FI_*`` counts the first)."""
     held = roles.get(role)
@@ -273,11 +272,13 @@ def _table(decision: Any) -> dict[str, tuple[str, float, int]]:
     return _PROCESS_METRICS if decision.process is not None else _DEVICE_METRICS
 
 
-def _plan(decision: _Decision, roles: tuple[tuple[str, int, float], ...]) -> tuple[Any, ...]:
+def _plan(decision: _Decision, slots: tuple[Slot, ...]) -> tuple[Any, ...]:
     """``(decision, then value index and scale of utilization, energy, memory, limit, free)``:
     the one point of each role that counts in an entry whose points share one time (-1: none)."""
-    found = {role: (index, scale) for role, index, scale in roles}
-    return (decision, *(n for role in _ROLES for n in found.get(role, (-1, 0.0))))
+    found: dict[str, tuple[int, tuple[int, float]]] = {}
+    for slot in slots:
+        _hold(found, slot.role, slot.rank, (slot.value, slot.scale))
+    return (decision, *(n for role in _ROLES for n in (found[role][1] if role in found else (-1, 0.0))))
 
 
 _ROLES = ("utilization", "energy", "memory", "limit", "free")
@@ -287,10 +288,14 @@ def _observation(decision: _Decision, time_ns: int, roles: dict[str, float]) -> 
     if decision.process is not None:
         return decision.hw_id, time_ns, None, decision.process, ProcessReading(
             decision.owner, roles.get("utilization"), roles.get("memory"))
-    memory, limit = roles.get("memory"), roles.get("limit")
-    if limit is None and memory is not None:
-        free = roles.get("free")
-        if free is not None:
-            limit = memory + free
+    memory = roles.get("memory")
+    limit = _limit(memory, roles.get("limit"), roles.get("free"))
     return decision.hw_id, time_ns, DeviceReading(
         roles.get("utilization"), roles.get("energy"), memory, limit, decision.allocation, decision.attributes), "", None
+
+
+def _limit(memory: float | None, limit: float | None, free: float | None) -> float | None:
+    """The GPU's memory size: as reported, else used + free (dcgm-exporter reports no total)."""
+    if limit is None and memory is not None and free is not None:
+        return memory + free
+    return limit
