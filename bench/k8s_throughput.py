@@ -328,12 +328,14 @@ def _cpu(proc: psutil.Process) -> float:
 
 
 def interleaved(scenarios: list[str], args: argparse.Namespace,
-                payload_for: Callable[[bytes], bytes | Callable[[], bytes]], title: str) -> dict[str, dict[str, Any]]:
+                payload_for: Callable[[bytes], bytes | Callable[[], bytes]], title: str, *,
+                paired: bool = False) -> dict[str, dict[str, Any]]:
     """Each scenario ``args.rounds`` times, interleaved, on the attributed 8-GPU node (10 pods in a
     real API server, 8 GPUs allocated through a PodResources socket; with a scenario naming
     ``slurm``, 2 GPUs and 4 processes a real Slurm cluster's jobs' instead, see the module
     docstring); the best round of each. ``payload_for`` turns the request's bytes into what
-    the load generator sends."""
+    the load generator sends. With ``paired``, every scenario's server runs at once instead and
+    they are loaded together (see :func:`_paired`)."""
     from gputally.otlp.census import census_metrics
     from slurm_setup import check_metadata, processor_config, slurm_node
 
@@ -370,11 +372,11 @@ def interleaved(scenarios: list[str], args: argparse.Namespace,
             check_metadata(slurm_cluster, jobs, payload)
         print(f"request: {points} points, {len(payload)} bytes, 18 resources{title}; {args.in_flight} in flight; "
               f"{os.cpu_count()} CPUs; {args.seconds:.0f} s per round; "
-              + (f"all servers at once, median of {args.rounds} rounds" if getattr(args, "paired", False)
+              + (f"all servers at once, median of {args.rounds} rounds" if paired
                  else f"best of {args.rounds} round(s)")
               + ("; server pinned to its own CPU" if args.pin else ""))
         print("expected per request: " + ", ".join(f"{k} {v}" for k, v in node.expected.items()), flush=True)
-        if getattr(args, "paired", False):
+        if paired:
             return _paired(scenarios, args, payload_for, payload, points, node)
         for _ in range(args.rounds):
             for scenario in scenarios:

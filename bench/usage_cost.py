@@ -80,7 +80,7 @@ def throughput(args: argparse.Namespace) -> None:
     from k8s_throughput import attribution_line, interleaved
 
     scenarios = ["k8s + slurm", "k8s + slurm + usage"]
-    best = interleaved(scenarios, args, restamped, ", a new sample time on every request")
+    best = interleaved(scenarios, args, restamped, ", a new sample time on every request", paired=args.paired)
     print(f"{'scenario':28} {'accepted/s':>10} {'pts/CPU-s':>10} {'p50 ms':>7} {'p99 ms':>7} {'RSS MiB':>8} {'lost':>5}")
     for name in scenarios:
         r = best[name]
