@@ -327,6 +327,42 @@ def _cpu(proc: psutil.Process) -> float:
     return times.user + times.system + times.children_user + times.children_system
 
 
+def attributed_node(stack: contextlib.ExitStack, socket: Path, control_plane: Any, *,
+                    with_slurm: bool) -> tuple[Node, bytes]:
+    """The attributed 8-GPU node and its request: pods in ``control_plane`` running every process
+    and holding every GPU through a PodResources socket at ``socket``; ``with_slurm``, a real
+    one-node Slurm cluster's two jobs (bench/slurm_setup.py) hold GPUs 0 and 1 and run the
+    processes on them instead (their real pids and cgroups). Everything started is stopped by
+    ``stack``."""
+    from slurm_setup import check_metadata, processor_config, slurm_node
+
+    slurm_cluster, jobs = stack.enter_context(slurm_node()) if with_slurm else (None, [])
+    name = slurm_cluster.node if slurm_cluster is not None else NODE
+    # job j holds one GPU: its GRES GPU is GPU j, where its processes run (so the slurm
+    # processor learns which GPU its GRES index is); the pods hold the others
+    job_gpus = dict(enumerate(jobs))
+    slurm_processes = {i: (job.pids[i // GPUS], job.cgroups[i // GPUS])
+                       for i in range(PROCESSES) if (job := job_gpus.get(i % GPUS)) is not None}
+    pod_processes = [i for i in range(PROCESSES) if i not in slurm_processes]
+    ns, pods = setup_pods(control_plane.admin_client(), len(pod_processes), node=name)
+    pod_of = dict(zip(pod_processes, pods, strict=True))
+    kubelet = FakeKubelet(socket, [
+        (ns, pod_of[g]["name"], "main", gpu_uuid(g)) for g in range(GPUS) if g not in job_gpus])
+    stack.callback(kubelet.stop)
+    node = Node(name, control_plane.limited_kubeconfig, socket, GPUS - len(job_gpus))
+    node.expected = {"k8s cgroup": len(pod_processes), "k8s podresources": node.allocations,
+                     "k8s none": len(slurm_processes) + len(job_gpus)}
+    if slurm_cluster is not None:
+        node.slurm = processor_config(slurm_cluster)
+        node.expected.update({"slurm cgroup": len(slurm_processes), "slurm gres": len(job_gpus),
+                              "slurm none": len(pod_processes) + node.allocations})
+    payload = node_request([(p["uid"], p["cid"]) for p in pods], node=name,
+                           slurm=slurm_processes).SerializeToString()
+    if slurm_cluster is not None:
+        check_metadata(slurm_cluster, jobs, payload)
+    return node, payload
+
+
 def interleaved(scenarios: list[str], args: argparse.Namespace,
                 payload_for: Callable[[bytes], bytes | Callable[[], bytes]], title: str, *,
                 paired: bool = False) -> dict[str, dict[str, Any]]:
@@ -337,7 +373,6 @@ def interleaved(scenarios: list[str], args: argparse.Namespace,
     the load generator sends. With ``paired``, every scenario's server runs at once instead and
     they are loaded together (see :func:`_paired`)."""
     from gputally.otlp.census import census_metrics
-    from slurm_setup import check_metadata, processor_config, slurm_node
 
     slurm = any("slurm" in processors_of(name) for name in scenarios)
     best: dict[str, dict[str, Any]] = {}
@@ -345,31 +380,8 @@ def interleaved(scenarios: list[str], args: argparse.Namespace,
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         control_plane = cluster()
         stack.callback(control_plane.stop)
-        slurm_cluster, jobs = stack.enter_context(slurm_node()) if slurm else (None, [])
-        name = slurm_cluster.node if slurm_cluster is not None else NODE
-        # job j holds one GPU: its GRES GPU is GPU j, where its processes run (so the slurm
-        # processor learns which GPU its GRES index is); the pods hold the others
-        job_gpus = dict(enumerate(jobs))
-        slurm_processes = {i: (job.pids[i // GPUS], job.cgroups[i // GPUS])
-                           for i in range(PROCESSES) if (job := job_gpus.get(i % GPUS)) is not None}
-        pod_processes = [i for i in range(PROCESSES) if i not in slurm_processes]
-        ns, pods = setup_pods(control_plane.admin_client(), len(pod_processes), node=name)
-        pod_of = dict(zip(pod_processes, pods, strict=True))
-        kubelet = FakeKubelet(tmp / "kubelet.sock", [
-            (ns, pod_of[g]["name"], "main", gpu_uuid(g)) for g in range(GPUS) if g not in job_gpus])
-        stack.callback(kubelet.stop)
-        node = Node(name, control_plane.limited_kubeconfig, tmp / "kubelet.sock", GPUS - len(job_gpus))
-        node.expected = {"k8s cgroup": len(pod_processes), "k8s podresources": node.allocations,
-                         "k8s none": len(slurm_processes) + len(job_gpus)}
-        if slurm_cluster is not None:
-            node.slurm = processor_config(slurm_cluster)
-            node.expected.update({"slurm cgroup": len(slurm_processes), "slurm gres": len(job_gpus),
-                                  "slurm none": len(pod_processes) + node.allocations})
-        payload = node_request([(p["uid"], p["cid"]) for p in pods], node=name,
-                               slurm=slurm_processes).SerializeToString()
+        node, payload = attributed_node(stack, tmp / "kubelet.sock", control_plane, with_slurm=slurm)
         points = census_metrics(payload).items
-        if slurm_cluster is not None:
-            check_metadata(slurm_cluster, jobs, payload)
         print(f"request: {points} points, {len(payload)} bytes, 18 resources{title}; {args.in_flight} in flight; "
               f"{os.cpu_count()} CPUs; {args.seconds:.0f} s per round; "
               + (f"all servers at once, median of {args.rounds} rounds" if paired

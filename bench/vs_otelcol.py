@@ -504,34 +504,11 @@ def setup_slurm(ctx: Context, stack: contextlib.ExitStack, tmp: Path) -> None:
     whose two jobs hold GPUs 0 and 1 and run processes 0, 1, 8, 9 (their real pids and cgroups),
     pods holding the other GPUs and processes; the request renamed and restamped on every call
     as bench/usage_cost.py does, so usage integrates each one."""
-    from gpu_node_request import GPUS, PROCESSES
-    from k8s_setup import FakeKubelet
-    from k8s_throughput import gpu_uuid, node_request, setup_pods
-    from slurm_setup import check_metadata, processor_config, slurm_node
+    from k8s_throughput import attributed_node
     from usage_cost import restamped
 
-    plane = control_plane(ctx, stack)
-    cluster, jobs = stack.enter_context(slurm_node())
-    job_of_gpu = dict(enumerate(jobs))
-    slurm_processes = {i: (job.pids[i // GPUS], job.cgroups[i // GPUS])
-                       for i in range(PROCESSES) if (job := job_of_gpu.get(i % GPUS)) is not None}
-    pod_processes = [i for i in range(PROCESSES) if i not in slurm_processes]
-    ns, pods = setup_pods(plane.admin_client(), len(pod_processes), node=cluster.node)
-    pod_of = dict(zip(pod_processes, pods, strict=True))
-    socket = tmp / "kubelet-slurm.sock"
-    kubelet = FakeKubelet(socket, [(ns, pod_of[g]["name"], "main", gpu_uuid(g))
-                                   for g in range(GPUS) if g not in job_of_gpu])
-    stack.callback(kubelet.stop)
-    payload = node_request([(p["uid"], p["cid"]) for p in pods], node=cluster.node,
-                           slurm=slurm_processes).SerializeToString()
-    check_metadata(cluster, jobs, payload)
-    pod_gpus = GPUS - len(job_of_gpu)
-    ctx.nodes[SLURM] = Node(cluster.node, socket, pod_gpus, restamped(payload), processor_config(cluster), {
-        "k8s cgroup": len(pod_processes), "k8s podresources": pod_gpus,
-        "k8s none": len(slurm_processes) + len(job_of_gpu),
-        "slurm cgroup": len(slurm_processes), "slurm gres": len(job_of_gpu),
-        "slurm none": len(pod_processes) + pod_gpus,
-    })
+    node, payload = attributed_node(stack, tmp / "kubelet-slurm.sock", control_plane(ctx, stack), with_slurm=True)
+    ctx.nodes[SLURM] = Node(node.name, node.socket, node.allocations, restamped(payload), node.slurm, node.expected)
 
 
 def control_plane(ctx: Context, stack: contextlib.ExitStack) -> Any:
