@@ -5,9 +5,9 @@ time and value are fixed-width fields (``fixed64``, ``double``, ``sfixed64``), s
 cycle to the next only those bytes change. A :class:`Layout` is built from one request by
 walking its wire format: the offsets of the numbers usage reads, and a *skeleton*: the
 request's bytes with every fixed-width number of every data point blanked out. A later
-request with the same skeleton (checked exactly, by one big-integer mask and compare over
-all its bytes) has the same resources, metrics, attributes and encodings, so its numbers are
-read straight from their offsets with one ``struct`` call, with no parse at all.
+request with the same skeleton (checked exactly: numpy masks and compares all its bytes, eight
+at a time) has the same resources, metrics, attributes and encodings, so its numbers are read
+straight from their offsets with one ``struct`` call, with no parse at all.
 
 Anything a layout can't prove the same (another length, a new process, a varint that
 changed, a field written twice) misses, and the caller reads that request the general way.
@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from opentelemetry.proto.metrics.v1.metrics_pb2 import NumberDataPoint
 
-__all__ = ["Layout", "Malformed", "Slot", "Wants", "build", "varint"]
+__all__ = ["Layout", "Malformed", "Skeleton", "Slot", "Wants", "build", "varint", "words"]
 
 # Field numbers: opentelemetry/proto/collector/metrics/v1/metrics_service.proto and metrics/v1/metrics.proto.
 _REQUEST_RESOURCE_METRICS = 1
@@ -55,12 +56,54 @@ class Slot:
     """Index into the layout's unpacked times; -1: the point carries no time (0)."""
 
 
+_WORD = np.dtype("<u8")
+
+
+def words(raw: bytes) -> np.ndarray:
+    """``raw``'s whole 8-byte words, without a copy (the bytes left over are a skeleton's tail)."""
+    return np.frombuffer(raw, dtype=_WORD, count=len(raw) // 8)
+
+
+@dataclass(frozen=True, slots=True)
+class Skeleton:
+    """A request's bytes with its numbers blanked, and the mask that blanks them.
+
+    Checked with numpy, eight bytes per operation: one AND and one compare of all of a
+    request's words cost a few microseconds where CPython's own ways (a big integer built from
+    the bytes, or a slice per number) cost several times that and allocate as much again.
+    """
+
+    mask: np.ndarray
+    """All ones but for the blanked bits, over the request's whole words."""
+    words: bytes
+    """The request's whole words, masked."""
+    tail_mask: int
+    tail: int
+    """The last ``len % 8`` bytes (as an integer), masked."""
+
+    @classmethod
+    def of(cls, raw: bytes, blanks: list[tuple[int, int]]) -> Skeleton:
+        mask = bytearray(b"\xff" * len(raw))
+        for start, end in blanks:
+            mask[start:end] = bytes(end - start)
+        whole = len(raw) - len(raw) % 8
+        word_mask = words(bytes(mask)).copy()
+        tail_mask = int.from_bytes(mask[whole:], "little")
+        return cls(mask=word_mask, words=np.bitwise_and(words(raw), word_mask).tobytes(),
+                   tail_mask=tail_mask, tail=int.from_bytes(raw[whole:], "little") & tail_mask)
+
+    def matches(self, raw: bytes, raw_words: np.ndarray) -> bool:
+        """Whether ``raw`` (of the skeleton's length; ``raw_words``: its :func:`words`) has
+        exactly these bytes wherever nothing was blanked."""
+        return (np.bitwise_and(raw_words, self.mask).tobytes() == self.words
+                and int.from_bytes(raw[len(self.words):], "little") & self.tail_mask == self.tail)
+
+
 @dataclass(slots=True)
 class Layout:
     """One request shape: its skeleton, and the offsets of the numbers usage reads."""
 
-    mask: int
-    skeleton: int
+    skeleton: Skeleton
     values: struct.Struct
     times: struct.Struct
     entries: tuple[tuple[Any, tuple[Slot, ...]], ...]
@@ -74,7 +117,7 @@ class Layout:
 
     def matches(self, raw: bytes) -> bool:
         """Whether ``raw`` has exactly this skeleton (every byte but the blanked numbers)."""
-        return len(raw) == self.size and int.from_bytes(raw, "little") & self.mask == self.skeleton
+        return len(raw) == self.size and self.skeleton.matches(raw, words(raw))
 
     def read(self, raw: bytes) -> tuple[tuple[float | int, ...], tuple[int, ...]]:
         """The wanted values and times of a request that :meth:`matches`."""
@@ -82,7 +125,7 @@ class Layout:
 
     @property
     def footprint(self) -> int:
-        """Bytes held (the two big integers dominate)."""
+        """Bytes held (the skeleton's mask and words dominate)."""
         return 2 * self.size + 64 * sum(len(slots) for _, slots in self.entries) + 512
 
 
@@ -160,13 +203,8 @@ class _Builder:
             if number == _REQUEST_RESOURCE_METRICS:
                 self._expect(wire, _LEN)
                 self._resource_metrics(start, end)
-        mask = bytearray(b"\xff" * len(raw))
-        for start, end in self.blanks:
-            mask[start:end] = bytes(end - start)
-        mask_int = int.from_bytes(mask, "little")
         return Layout(
-            mask=mask_int,
-            skeleton=int.from_bytes(raw, "little") & mask_int,
+            skeleton=Skeleton.of(raw, self.blanks),
             values=_struct(self.value_format),
             times=_struct([(offset, "Q") for offset in self.time_offsets]),
             entries=tuple(self.entries),

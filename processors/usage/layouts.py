@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .layout import Layout, Malformed, varint
+from .layout import Layout, Malformed, varint, words
 
 __all__ = ["Layouts"]
 
@@ -86,9 +86,9 @@ class Layouts:
             return None
         entry.used = True
         if entry.layouts:
-            number = int.from_bytes(raw, "little")  # once, for every layout of the key
+            raw_words = words(raw)  # once, for every layout of the key
             for layout in entry.layouts:
-                if number & layout.mask == layout.skeleton:
+                if layout.skeleton.matches(raw, raw_words):
                     layout.hits += 1
                     entry.hits += 1
                     self.hits += 1

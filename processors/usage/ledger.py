@@ -135,26 +135,29 @@ class Ledger:
         process: ProcessReading | None, *, arrived: float,
     ) -> None:
         """Hold one reading until it is settled; a reading for integrated time is ignored."""
-        self.add_all(((hw_id, time_ns, device, process_key, process),), arrived=arrived)
+        self.add_all(((hw_id, time_ns, device, {process_key: process} if process is not None else {}),),
+                     arrived=arrived)
 
     def add_all(self, observations: Iterable[Observation], *, arrived: float) -> None:
-        """:meth:`add` for each ``(hw_id, time_ns, device, process key, process)`` of a request."""
+        """Hold each ``(hw_id, time_ns, device, {process key: process})`` of a request (:meth:`add`;
+        the dict is kept); a later reading of the same GPU, time and process replaces an earlier."""
         devices, waiting = self.devices, self._pending
-        for hw_id, time_ns, device, process_key, process in observations:
+        for hw_id, time_ns, device, processes in observations:
             state = devices.get(hw_id)
             if state is None:
                 state = devices[hw_id] = Device(start_ns=self.start_ns)
             if state.last_ns is not None and time_ns <= state.last_ns:
-                self.late += 1
+                self.late += len(processes) + (device is not None)  # readings, as a resource each
                 continue
             sample = state.pending.get(time_ns)
             if sample is None:
-                sample = state.pending[time_ns] = Sample(arrived=arrived)
+                state.pending[time_ns] = Sample(device, processes, arrived)
                 waiting.add(hw_id)
+                continue
             if device is not None:
                 sample.device = device
-            if process is not None:
-                sample.processes[process_key] = process
+            if processes:
+                sample.processes.update(processes)
 
     def settle(self, now: float, *, everything: bool = False) -> None:
         """Integrate every held sample that arrived ``settle`` seconds ago (all with ``everything``)."""

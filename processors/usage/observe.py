@@ -127,8 +127,10 @@ class Sample:
 
 T = TypeVar("T")
 
-Observation = tuple[str, int, DeviceReading | None, str, ProcessReading | None]
-"""``(hw_id, time_ns, device reading, process key, process reading)``: one resource at one time."""
+Observation = tuple[str, int, DeviceReading | None, dict[str, ProcessReading]]
+"""``(hw_id, time_ns, device reading, {process key: process reading})``: what one resource (a
+GPU's, or a process's) said at one time, or all of a GPU's resources in a request read through
+a layout. The dict is new for each observation: the ledger keeps it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,8 +163,8 @@ class Observer:
         self.layouts = Layouts(self._layout, budget=layout_budget)
 
     def observe(self, raw: bytes) -> Iterator[Observation]:
-        """``(hw_id, time_ns, device reading, process key, process reading)`` for every GPU
-        or process resource with usage metrics, once per distinct point time."""
+        """``(hw_id, time_ns, device reading, process readings)`` for every GPU or process
+        resource with usage metrics (through a layout: for every GPU), once per point time."""
         layout = self.layouts.lookup(raw)
         if layout is None:
             return self._parsed(raw)
@@ -202,17 +204,20 @@ class Observer:
         values, times = layout.read(raw)
         if times and times.count(times[0]) == len(times) and not layout.untimed:
             time_ns = times[0]  # one sample time for the whole request, as a probe sends it
-            for decision, ui, us, ei, es, mi, ms, li, ls, fi, fs in layout.plan:
-                utilization = values[ui] * us if ui >= 0 else None
-                memory = values[mi] * ms if mi >= 0 else None
-                if decision.process is not None:
-                    yield decision.hw_id, time_ns, None, decision.process, ProcessReading(
-                        decision.owner, utilization, memory)
-                    continue
-                limit = _limit(memory, values[li] * ls if li >= 0 else None, values[fi] * fs if fi >= 0 else None)
-                yield decision.hw_id, time_ns, DeviceReading(
-                    utilization, values[ei] * es if ei >= 0 else None, memory, limit,
-                    decision.allocation, decision.attributes), "", None
+            for hw_id, device, processes in layout.plan:
+                reading = None
+                if device is not None:
+                    decision, ui, us, ei, es, mi, ms, li, ls, fi, fs = device
+                    memory = values[mi] * ms if mi >= 0 else None
+                    reading = DeviceReading(
+                        values[ui] * us if ui >= 0 else None, values[ei] * es if ei >= 0 else None, memory,
+                        _limit(memory, values[li] * ls if li >= 0 else None, values[fi] * fs if fi >= 0 else None),
+                        decision.allocation, decision.attributes)
+                readings = {}
+                for key, owner, ui, us, mi, ms in processes:
+                    readings[key] = ProcessReading(
+                        owner, values[ui] * us if ui >= 0 else None, values[mi] * ms if mi >= 0 else None)
+                yield hw_id, time_ns, reading, readings
             return
         for decision, slots in layout.entries:
             by_time: dict[int, dict[str, tuple[int, float]]] = {}
@@ -224,7 +229,7 @@ class Observer:
 
     def _layout(self, raw: bytes) -> Layout:
         layout = build(raw, self._wants)
-        layout.plan = tuple(_plan(decision, slots) for decision, slots in layout.entries if slots)
+        layout.plan = _plan(layout.entries)
         return layout
 
     def _decide(self, raw: bytes) -> _Decision | None:
@@ -272,13 +277,31 @@ def _table(decision: Any) -> dict[str, tuple[str, float, int]]:
     return _PROCESS_METRICS if decision.process is not None else _DEVICE_METRICS
 
 
-def _plan(decision: _Decision, slots: tuple[Slot, ...]) -> tuple[Any, ...]:
-    """``(decision, then value index and scale of utilization, energy, memory, limit, free)``:
-    the one point of each role that counts in an entry whose points share one time (-1: none)."""
-    found: dict[str, tuple[int, tuple[int, float]]] = {}
-    for slot in slots:
-        _hold(found, slot.role, slot.rank, (slot.value, slot.scale))
-    return (decision, *(n for role in _ROLES for n in (found[role][1] if role in found else (-1, 0.0))))
+def _plan(entries: tuple[tuple[Any, tuple[Slot, ...]], ...]) -> tuple[Any, ...]:
+    """Per GPU, in request order: ``(hw_id, device, processes)`` for reading an entry whose
+    points share one time. ``device``: the GPU resource's decision, then value index and scale
+    of utilization, energy, memory, limit and free (-1: none), or None; ``processes``: ``(key,
+    owner, utilization index and scale, memory index and scale)`` per process resource. Each
+    role's point is the one the general read keeps (:func:`_hold`); a GPU or process named by
+    two resources keeps the last, as the ledger does."""
+    devices: dict[str, tuple[Any, ...] | None] = {}
+    processes: dict[str, dict[str, tuple[Any, ...]]] = {}
+    for decision, slots in entries:
+        if not slots:
+            continue
+        found: dict[str, tuple[int, tuple[int, float]]] = {}
+        for slot in slots:
+            _hold(found, slot.role, slot.rank, (slot.value, slot.scale))
+        roles = [n for role in _ROLES for n in (found[role][1] if role in found else (-1, 0.0))]
+        devices.setdefault(decision.hw_id, None)
+        if decision.process is None:
+            devices[decision.hw_id] = (decision, *roles)
+        else:
+            ui, us, _, _, mi, ms = roles[:6]
+            gpu = processes.setdefault(decision.hw_id, {})
+            gpu.pop(decision.process, None)
+            gpu[decision.process] = (decision.process, decision.owner, ui, us, mi, ms)
+    return tuple((hw_id, device, tuple(processes.get(hw_id, {}).values())) for hw_id, device in devices.items())
 
 
 _ROLES = ("utilization", "energy", "memory", "limit", "free")
@@ -286,12 +309,12 @@ _ROLES = ("utilization", "energy", "memory", "limit", "free")
 
 def _observation(decision: _Decision, time_ns: int, roles: dict[str, float]) -> Observation:
     if decision.process is not None:
-        return decision.hw_id, time_ns, None, decision.process, ProcessReading(
-            decision.owner, roles.get("utilization"), roles.get("memory"))
+        return decision.hw_id, time_ns, None, {decision.process: ProcessReading(
+            decision.owner, roles.get("utilization"), roles.get("memory"))}
     memory = roles.get("memory")
     limit = _limit(memory, roles.get("limit"), roles.get("free"))
     return decision.hw_id, time_ns, DeviceReading(
-        roles.get("utilization"), roles.get("energy"), memory, limit, decision.allocation, decision.attributes), "", None
+        roles.get("utilization"), roles.get("energy"), memory, limit, decision.allocation, decision.attributes), {}
 
 
 def _limit(memory: float | None, limit: float | None, free: float | None) -> float | None:

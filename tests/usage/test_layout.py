@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from gputally.otlp.wire import encode_varint
 from gputally.processors.usage.config import UsageConfig
 from gputally.processors.usage.layout import Layout, Malformed
 from gputally.processors.usage.layouts import Layouts
-from gputally.processors.usage.observe import Observer
+from gputally.processors.usage.observe import Observation, Observer
 from gputally.processors.usage.owners import OwnerRules
 from tests.usage.helpers import runtime
 from tests.usage.series import HOLDER_PID, NOTEBOOK_PID, TRAINER_PID, probe_requests, recording, with_attributes
@@ -37,12 +38,23 @@ def observer() -> Observer:
     return Observer(OwnerRules(UsageConfig().owners))
 
 
-def both(raw: bytes) -> tuple[list[Any], list[Any]]:
-    """(through a layout built from ``raw``, the general way)."""
+def held(observations: Iterable[Observation]) -> dict[tuple[str, int], tuple[Any, dict[str, Any]]]:
+    """What the ledger holds from ``observations``, by (GPU, time): its reading and its
+    processes', a later one replacing an earlier (as ``Ledger.add_all`` merges them). The
+    layout path gives one observation per GPU, the general one per resource: these agree."""
+    out: dict[tuple[str, int], tuple[Any, dict[str, Any]]] = {}
+    for hw_id, time_ns, device, processes in observations:
+        before, known = out.get((hw_id, time_ns), (None, {}))
+        out[(hw_id, time_ns)] = (device if device is not None else before, {**known, **processes})
+    return out
+
+
+def both(raw: bytes) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    """What the ledger would hold (through a layout built from ``raw``, the general way)."""
     reader = observer()
     layout = reader._layout(raw)
     assert layout.matches(raw)
-    return list(reader._laid_out(layout, raw)), list(reader._parsed(raw))
+    return held(reader._laid_out(layout, raw)), held(reader._parsed(raw))
 
 
 def _kv(key: str, value: Any) -> KeyValue:
@@ -128,7 +140,7 @@ def test_a_layout_reads_what_the_parse_reads(request: ExportMetricsServiceReques
     layout = reader._layout(raw)
     nxt = renumbered(request, seed).SerializeToString()
     assert layout.matches(nxt)
-    assert list(reader._laid_out(layout, nxt)) == list(reader._parsed(nxt))
+    assert held(reader._laid_out(layout, nxt)) == held(reader._parsed(nxt))
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +157,7 @@ def probe_series() -> list[bytes]:
 def test_the_probe_series_reads_the_same_through_layouts(probe_series: list[bytes]) -> None:
     reader, general = observer(), observer()
     for raw in probe_series:
-        assert list(reader.observe(raw)) == list(general._parsed(raw))
+        assert held(reader.observe(raw)) == held(general._parsed(raw))
     assert reader.layouts.hits > 0, "no request of the recording was read through a layout"
 
 
