@@ -108,10 +108,11 @@ def in_process(rounds: int = 7, requests: int = 1500) -> None:
     from gputally.processors.usage.config import UsageConfig
     from gputally.processors.usage.processor import UsageRuntime
 
-    def timed(work: Callable[[bytes], object], batch: list[bytes]) -> float:
+    def timed(work: Callable[[bytes], object], batch: list[bytes], then: Callable[[], object] = lambda: None) -> float:
         started = time.process_time()
         for raw in batch:
             work(raw)
+        then()
         return (time.process_time() - started) / len(batch) * 1e6
 
     node = restamped(gpu_node_request().SerializeToString())
@@ -121,10 +122,11 @@ def in_process(rounds: int = 7, requests: int = 1500) -> None:
         batch = [node() for _ in range(requests)]
         for raw in batch[:3]:  # its layout is built on the second sighting
             runtime.observe(raw)
+            runtime.account()
         layout = runtime.observer.layouts.lookup(batch[3])
         assert layout is not None, "the node request is not read through a layout"
         fresh = [node() for _ in range(requests)]  # bytes not yet in the CPU's caches, as a new request's
-        best["observe"] = min(best["observe"], timed(runtime.observe, batch[4:]))
+        best["observe"] = min(best["observe"], timed(runtime.observe, batch[4:], runtime.account))
         best["read"] = min(best["read"], timed(lambda raw: list(runtime.observer.observe(raw)), fresh))
         best["skeleton check"] = min(best["skeleton check"], timed(layout.matches, [node() for _ in range(requests)]))
     print("in process, per node request (CPU us, least of "

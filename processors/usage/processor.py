@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 _NEEDLE = b"hw.id"
 """Every GPU and GPU-process resource carries it; a request without these bytes has nothing to account."""
 _MAX_EVENTS = 10_000
+_BATCH_REQUESTS = 64
+_BATCH_BYTES = 4 << 20
+"""Requests queued before they are accounted together (see :meth:`UsageRuntime.observe`)."""
 
 
 class UsageRuntime:
@@ -54,7 +57,7 @@ class UsageRuntime:
         self.name = name
         self.monotonic = monotonic
         self.wall_ns = wall_ns
-        self.ledger = Ledger(config, start_ns=wall_ns(), instance=config.instance_id or socket.gethostname())
+        self._ledger = Ledger(config, start_ns=wall_ns(), instance=config.instance_id or socket.gethostname())
         self.observer = Observer(OwnerRules(config.owners), layout_budget=config.layout_cache_mib << 20)
         self.file = LedgerFile(config.storage, name) if config.storage is not None else None
         self.events: list[Event] = []
@@ -67,12 +70,21 @@ class UsageRuntime:
         """The rest of the last emit, one request each, handed on by the following flushes."""
         self._users = 0
         self._last_emit = monotonic()
+        self._queue: list[tuple[bytes, float]] = []
+        """Requests observed and not yet accounted, with their arrival times."""
+        self._queued_bytes = 0
+
+    @property
+    def ledger(self) -> Ledger:
+        """The ledger, with every request observed so far accounted in it."""
+        self.account()
+        return self._ledger
 
     async def acquire(self) -> None:
         self._users += 1
-        if self._users == 1 and self.file is not None and self.file.load(self.ledger):
+        if self._users == 1 and self.file is not None and self.file.load(self._ledger):
             log.info("%s: usage counters restored from %s (%d GPUs, %d owners)",
-                     self.name, self.file.path, len(self.ledger.devices), len(self.ledger.owners))
+                     self.name, self.file.path, len(self._ledger.devices), len(self._ledger.owners))
 
     async def release(self) -> None:
         self._users = max(0, self._users - 1)
@@ -83,30 +95,53 @@ class UsageRuntime:
         return None
 
     def observe(self, raw: bytes) -> None:
-        now = self.monotonic()
-        ledger = self.ledger
-        ledger.add_all(self.observer.observe(raw), arrived=now)
-        ledger.settle(now)
+        """Queue a request to be accounted with the ones around it.
+
+        Requests are read and integrated in batches (64 requests or 4 MiB, and whatever is
+        queued before an emit, a save or any read of :attr:`ledger`): between two requests a
+        server runs the whole rest of its pipeline, which leaves the reading and integrating
+        code and the ledger's objects cold in the CPU's caches, and one request at a time they
+        cost about three times what they cost back to back. Nothing waits on the result: a
+        sample is held ``settle`` seconds before it counts anyway, and counters go out every
+        ``emit_interval``. The queue holds references to bytes the pipeline already made.
+        """
+        self._queue.append((raw, self.monotonic()))
+        self._queued_bytes += len(raw)
+        if len(self._queue) >= _BATCH_REQUESTS or self._queued_bytes >= _BATCH_BYTES:
+            self.account()
+
+    def account(self) -> None:
+        """Read and integrate the queued requests (samples that have settled count now)."""
+        if not self._queue:
+            return
+        queue, self._queue, self._queued_bytes = self._queue, [], 0
+        ledger, observe = self._ledger, self.observer.observe
+        for raw, arrived in queue:
+            ledger.add_all(observe(raw), arrived=arrived)
+        ledger.settle(self.monotonic())
         self._collect_events()
 
     def emit(self, *, final: bool = False) -> Batch | None:
         """The next request of counters: a new emit when ``emit_interval`` has passed since the
         last (or ``final``), else what is left of the last one, else None."""
+        self.account()
         now = self.monotonic()
+        ledger = self._ledger
         if not final and (self._outgoing or now - self._last_emit < self.config.emit_interval):
-            self.ledger.settle(now)
+            ledger.settle(now)
             self._collect_events()
             return self._outgoing.pop(0) if self._outgoing else None
         self._last_emit = now
-        self.ledger.settle(now, everything=final)
-        requests = self._emitter.requests(self.ledger, self.wall_ns())
-        self.ledger.end_owners()  # after the emit: an ended owner's last counters went out above
+        ledger.settle(now, everything=final)
+        requests = self._emitter.requests(ledger, self.wall_ns())
+        ledger.end_owners()  # after the emit: an ended owner's last counters went out above
         self._collect_events()
         self.save()
         self._outgoing = [Batch(Signal.METRICS, message=r) for r in requests]
         return self._outgoing.pop(0) if self._outgoing else None
 
     def take_events(self) -> Batch | None:
+        self.account()
         events, self.events = self.events, []
         if not events:
             return None
@@ -116,12 +151,12 @@ class UsageRuntime:
         if self.file is None:
             return
         try:
-            self.file.save(self.ledger)
+            self.file.save(self.ledger)  # with the queued requests accounted
         except OSError as exc:
             log.error("%s: cannot save usage state to %s: %s", self.name, self.file.path, exc)
 
     def _collect_events(self) -> None:
-        events = self.ledger.drain_events()
+        events = self._ledger.drain_events()
         if not events:
             return
         self.event_counts.update(e.name for e in events)

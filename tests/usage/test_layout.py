@@ -292,5 +292,6 @@ def test_no_layout_cache_reads_every_request_the_general_way(probe_series: list[
     rt = runtime(layout_cache_mib=0)
     for raw in probe_series:
         rt.observe(raw)
+    rt.account()
     layouts = rt.observer.layouts
     assert layouts.requests == len(probe_series) and layouts.hits == 0 and layouts.held == 0

@@ -145,6 +145,28 @@ def test_a_restart_with_storage_continues_the_counters(requests: list[Any], tmp_
             assert rm.scope_metrics[0].metrics[0].sum.data_points[0].start_time_unix_nano == starts[key]
 
 
+def test_requests_accounted_in_batches_count_as_one_by_one(requests: list[Any]) -> None:
+    """Queued requests are accounted together (64 at most, and before anything reads the
+    ledger): the counters are those of accounting each request as it comes."""
+    one_by_one, batched = runtime(), runtime()
+    for request in requests:
+        one_by_one.observe(request.SerializeToString())
+        one_by_one.account()
+    feed(batched, requests)
+    assert batched.observer.layouts.requests == 0, "accounted before 64 requests were queued"
+    assert counters_of(emitted(batched)) == counters_of(emitted(one_by_one))
+    assert batched.observer.layouts.requests == len(requests)
+
+
+def test_a_full_queue_is_accounted_without_waiting_for_a_read(requests: list[Any]) -> None:
+    rt = runtime()
+    raw = [r.SerializeToString() for r in requests]
+    for n in range(65):
+        rt.observe(raw[n % len(raw)])
+    assert rt.observer.layouts.requests == 64  # the 65th waits for the next batch or a read
+    assert rt.ledger.devices and rt.observer.layouts.requests == 65
+
+
 def test_without_storage_a_restart_starts_anew_with_a_new_start_time(requests: list[Any]) -> None:
     first = runtime()
     feed(first, requests[:4])
