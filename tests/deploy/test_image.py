@@ -166,9 +166,10 @@ def _gpu_ids(recording: Path) -> set[str]:
 
 def test_the_image_adds_little_to_its_base(image: Image) -> None:
     """What the Dockerfile adds to its base (the virtual environment: gputally and its
-    dependencies, ~190 MB, grpcio and the kubernetes client the largest) stays under 250 MB:
-    wheels, caches or build tools left behind would show here."""
+    dependencies, ~265 MB: numpy (~75 MB, with its bundled OpenBLAS), grpcio and the kubernetes
+    client the largest) stays under 300 MB: wheels, caches or build tools left behind would
+    show here."""
     base = Image("localhost/gputally-test-base:bookworm", image.root, image.runroot)
     added = image.size_bytes() - base.size_bytes()
     print(f"{image.name}: {image.size_bytes() / 1e6:.0f} MB, {added / 1e6:.0f} MB over its base")
-    assert 0 < added < 250e6, added
+    assert 0 < added < 300e6, added
