@@ -116,8 +116,11 @@ class UsageRuntime:
             return
         queue, self._queue, self._queued_bytes = self._queue, [], 0
         ledger, observe = self._ledger, self.observer.observe
+        at_once = not self.config.settle
         for raw, arrived in queue:
             ledger.add_all(observe(raw), arrived=arrived)
+            if at_once:  # nothing is held: integrated now, a request's samples never pile up as garbage to trace
+                ledger.settle(arrived)
         ledger.settle(self.monotonic())
         self._collect_events()
 
