@@ -181,6 +181,22 @@ def test_only_numbers_may_change(probe_series: list[bytes]) -> None:
     assert not layout.matches(raw + b"\x00")
 
 
+def test_every_byte_but_the_numbers_is_checked(probe_series: list[bytes]) -> None:
+    """The skeleton is compared eight bytes at a time plus a tail shorter than eight: a change
+    to any single kept byte, in a whole word or in the tail, misses; a change to a blanked
+    (number) byte still matches."""
+    raw = next(r for r in probe_series if len(r) % 8)
+    layout = observer()._layout(raw)
+    skeleton = layout.skeleton
+    kept = (skeleton.mask.tobytes()
+            + skeleton.tail_mask.to_bytes(len(raw) % 8, "little"))
+    assert len(kept) == len(raw)
+    for at in range(len(raw)):
+        changed = bytearray(raw)
+        changed[at] ^= 0x01
+        assert layout.matches(bytes(changed)) == (kept[at] == 0), at
+
+
 @pytest.mark.parametrize("raw", [
     # a resource written twice (protobuf merges them), a metric name twice (the last counts)
     ExportMetricsServiceRequest().SerializeToString() + b"\x0a\x06\x0a\x00\x0a\x02\x0a\x00",
