@@ -19,8 +19,9 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
+from gputally.otlp.shapes import Shapes
+
 from .layout import Layout, Slot, Wants, build
-from .layouts import Layouts
 from .owners import UNATTRIBUTED, Named, OwnerRules, Value
 
 __all__ = ["DEVICE_KEYS", "DeviceReading", "Observer", "ProcessReading", "Sample"]
@@ -160,7 +161,7 @@ class Observer:
         self._rules = rules
         self._decisions: dict[bytes, _Decision | None] = {}
         self._wants = Wants(decide=self._decide, wanted=_table, tasked=_TASKED, general=_general)
-        self.layouts = Layouts(self._layout, budget=layout_budget)
+        self.layouts: Shapes[Layout] = Shapes(self._layout, budget=layout_budget)
 
     def observe(self, raw: bytes) -> Iterator[Observation]:
         """``(hw_id, time_ns, device reading, process readings)`` for every GPU or process

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
+from gputally.otlp.shapes import Shapes
 from gputally.otlp.wire import encode_varint
 from gputally.processors.usage.config import UsageConfig
 from gputally.processors.usage.layout import Layout, Malformed
-from gputally.processors.usage.layouts import Layouts
 from gputally.processors.usage.observe import Observation, Observer
 from gputally.processors.usage.owners import OwnerRules
 from tests.usage.helpers import runtime
@@ -225,7 +225,7 @@ def test_a_point_with_two_values_is_not_proven() -> None:
 
 
 class TestLayouts:
-    def layouts(self, budget: int = 1 << 20) -> tuple[Layouts, list[bytes]]:
+    def layouts(self, budget: int = 1 << 20) -> tuple[Shapes[Layout], list[bytes]]:
         built: list[bytes] = []
         reader = observer()
 
@@ -233,7 +233,7 @@ class TestLayouts:
             built.append(raw)
             return reader._layout(raw)
 
-        return Layouts(build, budget=budget), built
+        return Shapes(build, budget=budget), built
 
     def test_built_on_the_second_sighting_then_reused(self, probe_series: list[bytes]) -> None:
         layouts, built = self.layouts()
@@ -276,7 +276,7 @@ def with_host(raw: bytes, host: str) -> bytes:
 def test_a_sweep_makes_room_for_the_shapes_in_use(probe_series: list[bytes]) -> None:
     built: list[bytes] = []
     reader = observer()
-    layouts = Layouts(lambda raw: built.append(raw) or reader._layout(raw), budget=3 * len(probe_series[0]))
+    layouts: Shapes[Layout] = Shapes(lambda raw: built.append(raw) or reader._layout(raw), budget=3 * len(probe_series[0]))
     gone, new = probe_series[1], with_host(probe_series[1], "another-node")
     layouts.lookup(gone)
     assert layouts.lookup(gone) is not None
@@ -290,7 +290,7 @@ def test_two_shapes_under_one_key_both_keep_their_layouts(probe_series: list[byt
     """Two requests alike in length and first resource (one node's shapes, or two nodes') alternate."""
     built: list[bytes] = []
     reader = observer()
-    layouts = Layouts(lambda raw: built.append(raw) or reader._layout(raw))
+    layouts: Shapes[Layout] = Shapes(lambda raw: built.append(raw) or reader._layout(raw))
     first = probe_series[1]
     request = ExportMetricsServiceRequest.FromString(first)
     last = request.resource_metrics[-1].resource.attributes
