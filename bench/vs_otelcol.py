@@ -166,7 +166,8 @@ def config(server: str, scenario: str, ports: dict[str, int], ctx: Context) -> d
 
 
 REFUSAL_PAUSE = 0.005
-"""Seconds a sender waits after a refusal (429 / RESOURCE_EXHAUSTED: the server's queue is full)."""
+"""Seconds a sender waits after a refusal (429 / RESOURCE_EXHAUSTED, or 503 / UNAVAILABLE, as
+otelcol answers when its sending queue is full: the server's queue is full, try again)."""
 
 
 class Load:
@@ -189,7 +190,7 @@ class Load:
                 try:
                     await call(payload() if callable(payload) else payload, timeout=10)
                 except grpc.aio.AioRpcError as error:
-                    if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    if error.code() not in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE):
                         raise
                     return False
                 return True
@@ -593,7 +594,7 @@ def report(scenarios: list[str], results: dict[tuple[str, str], list[dict[str, A
     """The table: each server's best round (and the median of its rounds' pts/CPU-s)."""
     print("best round per server; pts/CPU-s: points per second of server CPU (user+sys, all threads, reaped "
           "children); ratio = gputally / otelcol, best vs best (median vs median in brackets); refused: requests "
-          "answered 429 / RESOURCE_EXHAUSTED (queue full), sent again")
+          "answered 429 / RESOURCE_EXHAUSTED or 503 / UNAVAILABLE (queue full), sent again")
     print(f"{'scenario':28} {'gputally':>9} {'otelcol':>9} {'ratio':>6} {'(median)':>8} {'p50 ms g/o':>13} "
           f"{'p99 ms g/o':>13} {'RSS MiB g/o':>13} {'lost g/o':>9} {'refused g/o':>11}")
     for scenario in scenarios:
