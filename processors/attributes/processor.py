@@ -40,7 +40,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from gputally.otlp.batch import Batch
 from gputally.otlp.signals import SIGNALS, Signal
 from gputally.otlp.splice import append_to_records, split
-from gputally.otlp.templates import PointTemplates
+from gputally.otlp.templates import Templates
 from gputally.pipeline.component import ComponentContext, Processor
 from gputally.otlp.wire import encode_varint
 
@@ -271,8 +271,12 @@ class AttributesProcessor(Processor):
         resource_rules = [_Rule.build(a, (Resource,)) for a in config.actions if a.context == "resource"]
         self._points = _Planner(point_rules) if point_rules else None
         self._resources = _Planner(resource_rules) if resource_rules else None
-        self._templates: dict[tuple[tuple[str | None, bytes], ...], PointTemplates] = {}
+        self._point_templates: dict[tuple[tuple[str | None, bytes], ...], Templates] = {}
         """Metrics point templates by the blobs they append (one set, unless a key's presence varies)."""
+        self._resource_templates = Templates(self._rewrite_resources) \
+            if self._resources is not None and signal is Signal.METRICS else None
+        """The resource actions depend on each resource's bytes alone: a metrics request's
+        rewrite is a template's after its shape's second sighting."""
 
     async def process(self, batch: Batch) -> Batch | None:
         # Resource and point attributes are separate sets, so the two contexts are
@@ -280,24 +284,36 @@ class AttributesProcessor(Processor):
         if self._points is not None:
             self._change_points(batch, self._points)
         if self._resources is not None:
-            self._change_resources(batch, self._resources)
+            self._change_resources(batch)
         return batch
 
     def _append(self, raw: bytes, blobs: dict[str | None, bytes]) -> bytes:
         """``blobs`` appended to every point: through the templates of these blobs (a node's
         requests differ only in their numbers), the general splice for a fifth set of blobs."""
         key = tuple(sorted(blobs.items(), key=lambda item: str(item[0])))
-        templates = self._templates.get(key)
+        templates = self._point_templates.get(key)
         if templates is None:
-            if len(self._templates) >= _TEMPLATE_SETS:
+            if len(self._point_templates) >= _TEMPLATE_SETS:
                 return append_to_records(self.signal, raw, blobs)
-            templates = self._templates[key] = PointTemplates(blobs)
-        return templates.append(raw)
+            templates = self._point_templates[key] = Templates(
+                lambda request: append_to_records(Signal.METRICS, request, blobs))
+        return templates(raw)
 
-    def _change_resources(self, batch: Batch, planner: _Planner) -> None:
-        # Spliced: each resource's encoding is extended (or, where a step must read its
-        # attributes, decoded and encoded alone); the rest of the request stays as it came.
-        request = split(batch.serialize())
+    def _change_resources(self, batch: Batch) -> None:
+        raw = batch.serialize()
+        templates = self._resource_templates
+        changed = templates(raw) if templates is not None else self._rewrite_resources(raw)
+        if changed is not raw:
+            batch.rewrite(changed)
+
+    def _rewrite_resources(self, raw: bytes) -> bytes:
+        """``raw`` with the resource actions applied (``raw`` itself when none applies).
+
+        Spliced: each resource's encoding is extended (or, where a step must read its
+        attributes, decoded and encoded alone); the rest of the request stays as it came."""
+        assert self._resources is not None
+        planner = self._resources
+        request = split(raw)
         changed = False
         for entry in request.entries:
             encoded = entry.resource
@@ -312,8 +328,7 @@ class AttributesProcessor(Processor):
                     step(resource)
                 entry.resource = resource.SerializeToString()
             changed = True
-        if changed:
-            batch.rewrite(request.SerializeToString())
+        return bytes(request.SerializeToString()) if changed else raw
 
     def _change_points(self, batch: Batch, planner: _Planner) -> None:
         raw = batch.serialize()

@@ -1,4 +1,4 @@
-"""Appending through templates gives, byte for byte, what the general splice gives."""
+"""A rewrite through templates gives, byte for byte, what the rewrite itself gives."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2
 from gputally.otlp.signals import Signal
 from gputally.otlp.skeleton import Malformed, MetricsWalk
 from gputally.otlp.splice import METRIC_KINDS, append_to_records
-from gputally.otlp.templates import PointTemplates
+from gputally.otlp.templates import Templates
 from tests.fuzz.strategies import REQUESTS
 from tests.usage.series import probe_requests, recording
 
@@ -32,6 +32,10 @@ def _blob(klass: type[Any]) -> bytes:
 
 def blobs_for(kinds: frozenset[str]) -> dict[str | None, bytes]:
     return {kind: _blob(_POINTS[kind]) for kind in kinds}
+
+
+def appending(blobs: dict[str | None, bytes]) -> Templates:
+    return Templates(lambda raw: append_to_records(Signal.METRICS, raw, blobs))
 
 
 def next_cycle(raw: bytes, noise: bytes) -> bytes:
@@ -59,14 +63,14 @@ def _provable(raw: bytes) -> bool:
 def test_templates_give_what_the_splice_gives(request: Any, kinds: frozenset[str], noise: bytes) -> None:
     raw = request.SerializeToString()
     blobs = blobs_for(kinds)
-    templates = PointTemplates(blobs)
+    templates = appending(blobs)
     # first sighting (general), second (built and used), a next cycle (matched)
-    assert templates.append(raw) == append_to_records(Signal.METRICS, raw, blobs)
-    assert templates.append(raw) == append_to_records(Signal.METRICS, raw, blobs)
+    assert templates(raw) == append_to_records(Signal.METRICS, raw, blobs)
+    assert templates(raw) == append_to_records(Signal.METRICS, raw, blobs)
     if not _provable(raw):
         return
     nxt = next_cycle(raw, noise)
-    assert templates.append(nxt) == append_to_records(Signal.METRICS, nxt, blobs)
+    assert templates(nxt) == append_to_records(Signal.METRICS, nxt, blobs)
     assert templates.shapes.hits == 1, "a provable request's next cycle was not answered from its template"
 
 
@@ -77,23 +81,59 @@ def _series() -> list[bytes]:
 def test_a_node_series_is_answered_from_its_template() -> None:
     """The real H200 recording as the probe sends it: requests after the second match."""
     blobs = blobs_for(frozenset({"gauge", "sum"}))
-    templates = PointTemplates(blobs)
+    templates = appending(blobs)
     for raw in _series():
-        assert templates.append(raw) == append_to_records(Signal.METRICS, raw, blobs)
+        assert templates(raw) == append_to_records(Signal.METRICS, raw, blobs)
     assert templates.shapes.hits > 0
 
 
 def test_a_request_that_differs_beyond_its_numbers_goes_the_general_way() -> None:
     raw = _series()[0]
     blobs = blobs_for(frozenset({"gauge", "sum"}))
-    templates = PointTemplates(blobs)
-    templates.append(raw)
-    templates.append(raw)
+    templates = appending(blobs)
+    templates(raw)
+    templates(raw)
     hits = templates.shapes.hits
     at = raw.index(b"hw.gpu.utilization") + 3  # a metric renamed, same length
     changed = raw[:at] + b"G" + raw[at + 1:]
-    assert templates.append(changed) == append_to_records(Signal.METRICS, changed, blobs)
+    assert templates(changed) == append_to_records(Signal.METRICS, changed, blobs)
     assert templates.shapes.hits == hits
-    assert templates.append(next_cycle(raw, b"\x07\x99")) == append_to_records(
+    assert templates(next_cycle(raw, b"\x07\x99")) == append_to_records(
         Signal.METRICS, next_cycle(raw, b"\x07\x99"), blobs)
     assert templates.shapes.hits == hits + 1
+
+
+def test_a_rewrite_that_changes_nothing_hands_the_request_back() -> None:
+    raw = _series()[0]
+    templates = Templates(lambda request: request)
+    for _ in range(3):
+        assert templates(raw) is raw
+    assert templates.shapes.hits == 1
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(request=REQUESTS["metrics"], noise=st.binary(min_size=1, max_size=64),
+       context=st.sampled_from(["resource", "point"]), action=st.sampled_from(["insert", "upsert", "update", "delete"]),
+       key=st.sampled_from(["env", "host.name", "k8s.pod.uid"]))
+def test_the_attributes_processor_gives_the_same_through_templates(
+        request: Any, noise: bytes, context: str, action: str, key: str) -> None:
+    """A processor that has seen a shape (templates) and a new one for every request (the
+    general way) give the same bytes for the request and its next cycle."""
+    from gputally.otlp.batch import Batch
+    from gputally.processors.attributes.config import AttributesConfig
+    from gputally.processors.attributes.processor import AttributesProcessor
+
+    spec = {"key": key, "action": action, "context": context}
+    if action != "delete":
+        spec["value"] = "v"
+    config = AttributesConfig.model_validate({"actions": [spec]})
+    warm = AttributesProcessor(config, signal=Signal.METRICS)
+    raw = request.SerializeToString()
+
+    def through(processor: AttributesProcessor, body: bytes) -> bytes:
+        batch = Batch(Signal.METRICS, raw=body)
+        asyncio.run(processor.process(batch))
+        return batch.serialize()
+
+    for body in (raw, raw, next_cycle(raw, noise) if _provable(raw) else raw):
+        assert through(warm, body) == through(AttributesProcessor(config, signal=Signal.METRICS), body)

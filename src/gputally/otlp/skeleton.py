@@ -88,10 +88,11 @@ def shape_key(raw: bytes) -> tuple[int, int]:
     first = b""
     try:
         if raw[:1] == b"\x0a":
-            _, pos = varint(raw, 1, len(raw))
-            if raw[pos:pos + 1] == b"\x0a":
-                length, pos = varint(raw, pos + 1, len(raw))
-                first = raw[pos:pos + length]
+            size, pos = varint(raw, 1, len(raw))
+            end = min(pos + size, len(raw))  # the first ResourceMetrics: its resource, if it starts with one
+            if raw[pos:pos + 1] == b"\x0a" and pos < end:
+                length, pos = varint(raw, pos + 1, end)
+                first = raw[pos:min(pos + length, end)]
     except Malformed:
         pass
     return len(raw), hash(first)
