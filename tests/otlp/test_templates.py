@@ -8,22 +8,15 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from gputally.otlp.signals import Signal
 from gputally.otlp.skeleton import Malformed, MetricsWalk
 from gputally.otlp.splice import METRIC_KINDS, append_to_records
 from gputally.otlp.templates import Templates
 from tests.fuzz.strategies import REQUESTS
+from tests.otlp.test_splice import _POINTS
 from tests.usage.series import probe_requests, recording
 
-_POINTS = {
-    "gauge": metrics_pb2.NumberDataPoint,
-    "sum": metrics_pb2.NumberDataPoint,
-    "histogram": metrics_pb2.HistogramDataPoint,
-    "exponential_histogram": metrics_pb2.ExponentialHistogramDataPoint,
-    "summary": metrics_pb2.SummaryDataPoint,
-}
 
 
 def _blob(klass: type[Any]) -> bytes:
