@@ -12,11 +12,21 @@ import time
 __all__ = ["free_port", "terminate", "wait_for_port"]
 
 
+_HANDED_OUT: set[int] = set()
+"""Ports this process has handed out: a port is only taken once its server binds it, so
+without this two servers set up before either starts could be given the same one (seen: an
+otelcol's gRPC port answered by another server's HTTP endpoint)."""
+
+
 def free_port() -> int:
-    """A loopback TCP port nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback TCP port nothing listens on now, never handed out before in this process."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def wait_for_port(proc: subprocess.Popen[bytes], host: str, port: int, timeout: float) -> str | None:
