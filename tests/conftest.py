@@ -21,6 +21,23 @@ pytest_plugins = [
 ]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Hold grpc.aio's process-wide state for the whole session.
+
+    grpc.aio shuts its poller thread down when the last aio object is freed, and joins it.
+    The suite runs many event loops one after another; when the last channel of a closed
+    loop is collected by the garbage collector in some later test, that join can wait forever
+    on a poller stuck writing to the closed loop's wake-up socket (grpc/grpc#22365, #40989;
+    seen here as a hang in an unrelated hypothesis test). One reference taken here, from the
+    main thread before any test, keeps the count above zero, so the shutdown never runs
+    mid-session; the poller is a daemon thread and ends with the process.
+    """
+    del config
+    from grpc.experimental.aio import init_grpc_aio
+
+    init_grpc_aio()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the tests that need a server built by ``make harness`` as ``integration``, so
     ``pytest -m "not integration"`` is a quick run (see harness/integration.py)."""
