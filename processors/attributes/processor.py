@@ -290,7 +290,7 @@ class AttributesProcessor(Processor):
     def _append(self, raw: bytes, blobs: dict[str | None, bytes]) -> bytes:
         """``blobs`` appended to every point: through the templates of these blobs (a node's
         requests differ only in their numbers), the general splice for a fifth set of blobs."""
-        key = tuple(sorted(blobs.items(), key=lambda item: str(item[0])))
+        key = tuple(blobs.items())  # built in one order, from the planner's point kinds
         templates = self._point_templates.get(key)
         if templates is None:
             if len(self._point_templates) >= _TEMPLATE_SETS:

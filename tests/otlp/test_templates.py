@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from gputally.otlp.signals import Signal
-from gputally.otlp.skeleton import Malformed, MetricsWalk
+from gputally.otlp.skeleton import Malformed, number_spans
 from gputally.otlp.splice import METRIC_KINDS, append_to_records
 from gputally.otlp.templates import Templates
 from tests.fuzz.strategies import REQUESTS
@@ -33,10 +33,8 @@ def appending(blobs: dict[str | None, bytes]) -> Templates:
 
 def next_cycle(raw: bytes, noise: bytes) -> bytes:
     """``raw`` with every data point's fixed-width numbers replaced, as a node's next request."""
-    walk = MetricsWalk(raw)
-    walk.walk()
     out = bytearray(raw)
-    for n, (start, end) in enumerate(walk.blanks):
+    for n, (start, end) in enumerate(number_spans(raw)):
         for at in range(start, end):
             out[at] = noise[(at + n) % len(noise)]
     return bytes(out)
@@ -44,7 +42,7 @@ def next_cycle(raw: bytes, noise: bytes) -> bytes:
 
 def _provable(raw: bytes) -> bool:
     try:
-        MetricsWalk(raw).walk()
+        number_spans(raw)
     except Malformed:
         return False
     return True

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Malformed", "MetricsWalk", "Skeleton", "shape_key", "varint", "words"]
+__all__ = ["Malformed", "MetricsWalk", "Skeleton", "number_spans", "shape_key", "varint", "words"]
 
 # Field numbers: opentelemetry/proto/collector/metrics/v1/metrics_service.proto and metrics/v1/metrics.proto.
 _REQUEST_RESOURCE_METRICS = 1
@@ -249,3 +249,11 @@ class MetricsWalk:
                 self.blanks.append((start, stop))
             elif wire == _LEN and number == nested:
                 self._blank_fixed(start, stop)
+
+
+def number_spans(raw: bytes) -> list[tuple[int, int]]:
+    """Where every data point's fixed-width numbers sit in ``raw`` (a plain walk's blanks);
+    raises :class:`Malformed` as the walk does."""
+    walk = MetricsWalk(raw)
+    walk.walk()
+    return walk.blanks

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gputally.otlp.shapes import Shapes
-from gputally.otlp.skeleton import Malformed, MetricsWalk, Skeleton
+from gputally.otlp.skeleton import Malformed, Skeleton, number_spans
 
 __all__ = ["Templates"]
 
@@ -62,12 +62,6 @@ def _offsets(blanks: list[tuple[int, int]]) -> np.ndarray:
     return np.concatenate([np.arange(start, end, dtype=np.intp) for start, end in blanks])
 
 
-def _numbers(raw: bytes) -> list[tuple[int, int]]:
-    walk = MetricsWalk(raw)
-    walk.walk()
-    return walk.blanks
-
-
 class Templates:
     """``rewrite(raw)`` for metrics requests, through templates kept within ``budget`` bytes
     (see :mod:`gputally.otlp.shapes` for which are kept)."""
@@ -83,12 +77,12 @@ class Templates:
         return template.fill(raw)
 
     def _build(self, raw: bytes) -> _Template:
-        blanks = _numbers(raw)
+        blanks = number_spans(raw)
         output = self.rewrite(raw)
         if output == raw:
             return _Template(Skeleton.of(raw, blanks), np.empty(0, dtype=_BYTE), _offsets([]), _offsets([]),
                              same=True)
-        moved = _numbers(output)
+        moved = number_spans(output)
         if [end - start for start, end in blanks] != [end - start for start, end in moved]:
             raise Malformed("the output's numbers do not pair with the request's")
         template = _Template(Skeleton.of(raw, blanks), np.frombuffer(output, dtype=_BYTE).copy(),
