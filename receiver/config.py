@@ -124,6 +124,11 @@ class OTLPReceiverConfig(Strict):
 
     protocols: Protocols = Field(default_factory=Protocols)
     """The transports to serve; at least one of ``grpc`` and ``http``."""
+    checked_shapes_mib: int = Field(32, ge=0, le=4096)
+    """gputally's own key (not the Collector's): memory for the metrics request shapes already
+    checked, so that a node's next request of the same shape is proven valid by a byte compare
+    instead of a parse (``gputally.otlp.known``); about twice a request's size per shape.
+    0: parse every request."""
 
     @model_validator(mode="before")
     @classmethod

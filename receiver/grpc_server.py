@@ -1,6 +1,6 @@
 """OTLP/gRPC: the three ``Export`` methods and health checking on one ``grpc.aio`` server.
 
-Requests arrive as raw bytes (no deserializer), are parsed once by ``Batch.decode`` and
+Requests arrive as raw bytes (no deserializer), are checked once by ``Intake.decode`` and
 forwarded as the same bytes. gzip is decompressed by gRPC core.
 
 Size limit: OTLP wants INVALID_ARGUMENT (not retryable) for an oversized request, but gRPC
@@ -19,7 +19,6 @@ import grpc
 from grpc_status import rpc_status
 
 from gputally.errors import ConfigError
-from gputally.otlp.batch import Batch
 from gputally.otlp.signals import SIGNALS, Signal
 
 from .config import GRPCSettings, split_endpoint
@@ -141,7 +140,7 @@ class GRPCServer:
             if failure is None and len(request) > limit:
                 failure = intake.refuse(signal, Failure.too_large(len(request), limit, "max_recv_msg_size_mib"))
             if failure is None:
-                outcome = await intake.deliver(signal, lambda: Batch.decode(signal, request))
+                outcome = await intake.deliver(signal, lambda: intake.decode(signal, request))
                 if not isinstance(outcome, Failure):
                     return bytes(outcome.SerializeToString())
                 failure = outcome

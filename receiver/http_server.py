@@ -148,7 +148,7 @@ class HTTPServer:
                 return body
             if isinstance(body, Failure):
                 return _failure_response(intake.refuse(signal, body), encoding)
-            outcome = await intake.deliver(signal, lambda: _decode(signal, body, encoding))
+            outcome = await intake.deliver(signal, lambda: _decode(intake, signal, body, encoding))
             if isinstance(outcome, Failure):
                 return _failure_response(outcome, encoding)
             return web.Response(body=_encode(outcome, encoding), content_type=encoding.value)
@@ -226,9 +226,9 @@ def _inflate(data: bytes, wbits: int, limit: int) -> bytes | None:
     return bytes(out)
 
 
-def _decode(signal: Signal, body: bytes, encoding: Encoding) -> Batch:
+def _decode(intake: Intake, signal: Signal, body: bytes, encoding: Encoding) -> Batch:
     if encoding is Encoding.PROTOBUF:
-        return Batch.decode(signal, body)
+        return intake.decode(signal, body)
     check_enum_names(body)  # protobuf's parser would read an unknown name as 0
     try:
         message = otlp_json.decode(body, SIGNALS[signal].request())
@@ -238,7 +238,7 @@ def _decode(signal: Signal, body: bytes, encoding: Encoding) -> Batch:
         raise InvalidRequest("invalid OTLP/JSON: a string holds an unpaired surrogate (not valid Unicode)") from exc
     # Re-encoded and decoded as protobuf so JSON gets exactly the same checks (nameless
     # metrics rejected, items counted); the cost is small next to parsing the JSON.
-    return Batch.decode(signal, message.SerializeToString())
+    return intake.decode(signal, message.SerializeToString())
 
 
 def _encode(message: Any, encoding: Encoding) -> bytes:

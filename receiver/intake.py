@@ -14,6 +14,7 @@ from typing import Any
 from gputally.auth import BearerTokenAuth
 from gputally.errors import InvalidRequest, Refused
 from gputally.otlp.batch import Batch
+from gputally.otlp.known import CheckedShapes
 from gputally.otlp.signals import SIGNALS, Signal
 from gputally.pipeline.component import Consumer, ProcessorFailed
 from gputally.telemetry import ReceiverMetrics
@@ -34,11 +35,13 @@ class Intake:
         consumers: Mapping[Signal, Consumer],
         metrics: ReceiverMetrics,
         auth: BearerTokenAuth | None,
+        checked: CheckedShapes | None = None,
     ) -> None:
         self._name = name
         self._consumers = dict(consumers)
         self._metrics = metrics
         self._auth = auth
+        self._checked = checked or CheckedShapes(budget=0)
 
     @property
     def signals(self) -> frozenset[Signal]:
@@ -49,6 +52,11 @@ class Intake:
         if self._auth is None or self._auth.verify(header):
             return None
         return self.refuse(signal, Failure.unauthenticated())
+
+    def decode(self, signal: Signal, raw: bytes) -> Batch:
+        """``raw`` checked and counted (InvalidRequest if it is not a request of ``signal``);
+        a metrics request shaped like one checked before is proven by a compare, not a parse."""
+        return self._checked.decode(signal, raw)
 
     def refuse(self, signal: Signal, failure: Failure, items: int = 0) -> Failure:
         """Count a request turned away; ``items`` is 0 when it was never decoded."""

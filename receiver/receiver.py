@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Mapping
 
 from gputally.otlp.batch import Signal
+from gputally.otlp.known import CheckedShapes
 from gputally.pipeline.component import ComponentContext, Consumer, Receiver
 
 from .config import OTLPReceiverConfig
@@ -42,6 +43,7 @@ class OTLPReceiver(Receiver):
         self._http: HTTPServer | None = None
         self._started = False
         grpc, http = config.protocols.grpc, config.protocols.http
+        checked = CheckedShapes(budget=config.checked_shapes_mib << 20)  # one cache for both transports
         if grpc is not None:
             self._grpc = GRPCServer(
                 grpc,
@@ -51,6 +53,7 @@ class OTLPReceiver(Receiver):
                     consumers=consumers,
                     metrics=context.telemetry.for_receiver(context.id, "grpc"),
                     auth=context.authenticator(grpc.auth),
+                    checked=checked,
                 ),
                 tls=ServerTLS.load(grpc.tls, f"{where}.grpc") if grpc.tls else None,
                 is_ready=context.is_ready,
@@ -67,6 +70,7 @@ class OTLPReceiver(Receiver):
                     consumers=consumers,
                     metrics=context.telemetry.for_receiver(context.id, "http"),
                     auth=context.authenticator(http.auth),
+                    checked=checked,
                 ),
                 tls=ServerTLS.load(http.tls, f"{where}.http") if http.tls else None,
                 reuse_port=reuse_port,

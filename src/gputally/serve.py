@@ -18,6 +18,7 @@ from gputally.errors import ConfigError
 from gputally.logs import configure_logging
 from gputally.pipeline.service import Service
 from gputally.receiver.tls import ServerTLS
+from gputally.util.scheduling import use_batch_scheduling
 
 __all__ = ["WORKER_VARIABLE", "admin_server", "check_files", "default_config_text", "load", "serve"]
 
@@ -125,6 +126,8 @@ def serve(config: Config, *, workers: int = 1, path: ConfigSources | Path | None
     configure_logging(logs.level, logs.encoding)
     for warning in config.warnings:
         log.warning("config: %s", warning)
+    if config.service.scheduling == "batch":
+        use_batch_scheduling()  # before any worker forks: they inherit it
     if workers <= 1:
         os.environ.setdefault(WORKER_VARIABLE, "0")
         asyncio.run(_serve(config, worker=None, reuse_port=False))

@@ -30,6 +30,7 @@ from gputally.pipeline.component import ComponentContext, Exporter
 from gputally.pipeline.pipeline import Pipeline, Stage
 from gputally.pipeline.registry import Registry
 from gputally.receiver import OTLPReceiver, factory
+from gputally.otlp.known import CheckedShapes
 from gputally.receiver.http_server import Encoding, _decode, _inflate
 from gputally.receiver.intake import Intake
 from gputally.receiver.status import Failure, Reason
@@ -103,7 +104,9 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 @pytest.fixture(scope="module")
 def intake() -> Intake:
     telemetry = SelfTelemetry()
-    return Intake(name="fuzz", consumers=pipelines(telemetry), metrics=telemetry.for_receiver("fuzz", "http"), auth=None)
+    # Checked shapes on: the fuzzer's requests repeat and vary, some through a learned shape.
+    return Intake(name="fuzz", consumers=pipelines(telemetry), metrics=telemetry.for_receiver("fuzz", "http"), auth=None,
+                  checked=CheckedShapes())
 
 
 def deliver(loop: asyncio.AbstractEventLoop, intake: Intake, signal: Signal, body: bytes, encoding: Encoding,
@@ -120,7 +123,7 @@ def deliver(loop: asyncio.AbstractEventLoop, intake: Intake, signal: Signal, bod
     decoded: list[Batch] = []
 
     def decode() -> Batch:
-        decoded.append(_decode(signal, body, encoding))
+        decoded.append(_decode(intake, signal, body, encoding))
         return decoded[-1]
 
     outcome = loop.run_until_complete(intake.deliver(signal, decode))

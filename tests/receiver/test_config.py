@@ -29,6 +29,7 @@ def test_every_key_is_read() -> None:
     assert http.endpoint == "[::1]:14318"
     assert http.max_request_body_size == 1048576
     assert http.tls is None
+    assert config.checked_shapes_mib == 8
 
 
 def test_a_key_without_value_enables_the_protocol_with_defaults() -> None:
@@ -93,6 +94,12 @@ def test_grpc_size_limit_is_bounded(size: int) -> None:
     # 4x the limit goes to gRPC core as a 32-bit int.
     with pytest.raises(ValidationError, match="max_recv_msg_size_mib"):
         GRPCSettings(max_recv_msg_size_mib=size)
+
+
+@pytest.mark.parametrize("mib", [-1, 4097])
+def test_checked_shapes_budget_is_bounded(mib: int) -> None:
+    with pytest.raises(ValidationError, match="checked_shapes_mib"):
+        OTLPReceiverConfig(protocols=Protocols(grpc=GRPCSettings()), checked_shapes_mib=mib)
 
 
 @pytest.mark.parametrize("model", [OTLPReceiverConfig, Protocols, GRPCSettings, HTTPSettings])

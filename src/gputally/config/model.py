@@ -73,6 +73,11 @@ class ServiceConfig(Strict):
     telemetry: TelemetryConfig = TelemetryConfig()
     shutdown_timeout: Duration = 30.0
     """On SIGTERM, how long exporters may take to drain their queues."""
+    scheduling: Literal["batch", "normal"] = "batch"
+    """gputally's own key: the Linux CPU scheduling policy of ``serve``'s threads. ``batch``
+    (``SCHED_BATCH``): a thread that gRPC wakes does not preempt the one running, so its many
+    hand-offs between threads cost fewer context switches (see ``gputally.util.scheduling``);
+    ``normal``: the default policy."""
 
 
 class _Document(Strict):

@@ -140,7 +140,8 @@ class Shapes(Generic[S]):
         return self._held < held
 
     def _drop(self, entry: _Key[S], shape: S) -> None:
-        entry.shapes.remove(shape)
+        # By identity: a shape's == may compare numpy arrays, which have no single truth value.
+        entry.shapes = [held for held in entry.shapes if held is not shape]
         self._held -= shape.footprint
 
     @property
