@@ -35,10 +35,18 @@ queue fill until it refuses). "pts/CPU-s" is points per second of server CPU (us
 all threads and reaped children, such as the slurm ``cli`` backend's scontrol/squeue; psutil for
 both processes): the per-core figure. With ``--pin`` the server is started on the last CPU (so
 the Go runtime sizes GOMAXPROCS to 1) and the load generator and sink run on the others. The
-table has each server's best round and, in brackets, the ratio of the medians of the rounds.
+table has each server's best round and, in brackets, the ratio of the medians of the rounds,
+and each server's context switches per request (all its threads, from /proc).
 
-    .venv/bin/python bench/vs_otelcol.py [--seconds 8] [--rounds 2] [--pin] [--only k8s] [--no-k8s]
-                                         [--no-slurm] [--profile DIR]   (gputally under cProfile)
+By default each of the ``--in-flight`` calls is sent again as soon as it is answered, so the
+slowest part sets the pace. That part can be the sink, which shares a core with the load
+generator: then the server's queue fills (otelcol refuses, its memory grows) and gputally
+sends its backlog in fewer, larger calls, and the ratio says more about the sink than about
+the servers. ``--rate N`` offers N requests a second on a fixed schedule instead, below what
+any part takes: both servers do the same work, and points per CPU-second compare their cost.
+
+    .venv/bin/python bench/vs_otelcol.py [--seconds 8] [--rounds 2] [--pin] [--rate 1000] [--only k8s]
+                                         [--no-k8s] [--no-slurm] [--profile DIR]   (gputally under cProfile)
 """
 
 from __future__ import annotations
@@ -173,9 +181,12 @@ otelcol answers when its sending queue is full: the server's queue is full, try 
 class Load:
     """Send ``payload`` for ``seconds`` with ``in_flight`` calls outstanding over OTLP/gRPC or
     OTLP/HTTP (protobuf). A refusal is counted, paused for and sent again, as a sender would:
-    ``sent`` counts accepted requests only, ``latencies`` are theirs."""
+    ``sent`` counts accepted requests only, ``latencies`` are theirs. ``rate``: requests per second
+    offered on a fixed schedule (0: each call sent as soon as one answers, so the slowest of
+    server, sink and load generator sets the pace)."""
 
-    def __init__(self) -> None:
+    def __init__(self, rate: float = 0.0) -> None:
+        self.rate = rate
         self.sent = 0
         self.refused = 0
         self.latencies: list[float] = []
@@ -218,9 +229,15 @@ class Load:
 
     async def _workers(self, one: Callable[[], Awaitable[bool]], seconds: float, in_flight: int) -> None:
         deadline = time.perf_counter() + seconds
+        interval = 1.0 / self.rate if self.rate else 0.0
+        schedule = [time.perf_counter()]  # the next send's time, shared by the workers
 
         async def worker() -> None:
             while time.perf_counter() < deadline:
+                if interval:
+                    at, schedule[0] = schedule[0], schedule[0] + interval
+                    if (delay := at - time.perf_counter()) > 0:
+                        await asyncio.sleep(delay)
                 started = time.perf_counter()
                 if await one():
                     self.latencies.append(time.perf_counter() - started)
@@ -349,8 +366,8 @@ def run(server: str, scenario: str, args: argparse.Namespace, ctx: Context, *, l
 
         def send(seconds: float) -> Load:
             if scenario == HTTP:
-                return asyncio.run(Load().http(ports["http"], payload, seconds, args.in_flight))
-            return asyncio.run(Load().grpc(ports["grpc"], payload, seconds, args.in_flight))
+                return asyncio.run(Load(args.rate).http(ports["http"], payload, seconds, args.in_flight))
+            return asyncio.run(Load(args.rate).grpc(ports["grpc"], payload, seconds, args.in_flight))
 
         try:
             wait_port(ports["http" if scenario == HTTP else "grpc"], 30)
@@ -370,7 +387,7 @@ def run(server: str, scenario: str, args: argparse.Namespace, ctx: Context, *, l
                 learn_added(ctx, scenario, sample, sink.delivered())
                 return {}
             before = attribution(ports["admin"]) if node is not None else {}
-            cpu0 = server_cpu(ps)
+            cpu0, switches0 = server_cpu(ps), context_switches(ps)
             t0 = time.perf_counter()
             measured = send(args.seconds)
             sent, latencies = measured.sent, measured.latencies
@@ -379,6 +396,7 @@ def run(server: str, scenario: str, args: argparse.Namespace, ctx: Context, *, l
             sink.wait((warm + sent) * points)
             delivered_wall = time.perf_counter() - t0
             cpu = server_cpu(ps) - cpu0
+            switches = context_switches(ps) - switches0
             attributed = per_request(before, attribution(ports["admin"]), sent) if node is not None else {}
         finally:
             proc.terminate()
@@ -395,8 +413,20 @@ def run(server: str, scenario: str, args: argparse.Namespace, ctx: Context, *, l
         "p99_ms": latencies[max(int(len(latencies) * 0.99) - 1, 0)] * 1e3,
         "rss_mib": rss / 2**20,
         "lost": (warm + sent) * points - received,
+        "switches_per_request": switches / max(sent, 1),
         "refused": measured.refused,
     }
+
+
+def context_switches(ps: psutil.Process) -> int:
+    """Context switches of all the server's threads so far (psutil's count is the main thread's)."""
+    total = 0
+    for task in Path(f"/proc/{ps.pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended
+            for line in (task / "status").read_text().splitlines():
+                if "ctxt_switches:" in line:  # voluntary and nonvoluntary
+                    total += int(line.split()[1])
+    return total
 
 
 def server_cpu(ps: psutil.Process) -> float:
@@ -535,6 +565,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--in-flight", type=int, default=8)
+    parser.add_argument("--rate", type=float, default=0.0, metavar="REQ_PER_S",
+                        help="offer this many requests per second on a fixed schedule, at most --in-flight "
+                             "outstanding (default: as fast as answered, the slowest part setting the pace)")
     parser.add_argument("--pin", action="store_true",
                         help="server on the last CPU (from its start); load generator and sink on the others")
     parser.add_argument("--only", help="run only scenarios whose name contains this")
@@ -558,6 +591,7 @@ def main() -> None:
     ctx = Context()
     print(f"request: {ctx.points} points, {len(ctx.payload)} bytes; {args.in_flight} in flight; {os.cpu_count()} CPUs; "
           f"{args.seconds:.0f} s per run; {args.rounds} round(s), servers alternating; {version}"
+          + (f"; offered {args.rate:,.0f} requests/s" if args.rate else "; closed loop (as fast as answered)")
           + ("; server pinned to its own CPU" if args.pin else ""))
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
@@ -574,6 +608,7 @@ def main() -> None:
                 for server in order:
                     r = run(server, scenario, args, ctx)
                     print(f"  round {round_ + 1} {server:8} {scenario:28} {r['points_per_cpu_s']:>9,.0f} pts/CPU-s "
+                          f"{r['points_per_s'] / ctx.points:6,.0f} req/s {r['switches_per_request']:5.1f} cs/req "
                           f"p50 {r['p50_ms']:6.2f} p99 {r['p99_ms']:6.2f} ms RSS {r['rss_mib']:6.1f} MiB "
                           f"lost {r['lost']} refused {r['refused']}", flush=True)
                     results.setdefault((server, scenario), []).append(r)
@@ -594,9 +629,10 @@ def report(scenarios: list[str], results: dict[tuple[str, str], list[dict[str, A
     """The table: each server's best round (and the median of its rounds' pts/CPU-s)."""
     print("best round per server; pts/CPU-s: points per second of server CPU (user+sys, all threads, reaped "
           "children); ratio = gputally / otelcol, best vs best (median vs median in brackets); refused: requests "
-          "answered 429 / RESOURCE_EXHAUSTED or 503 / UNAVAILABLE (queue full), sent again")
+          "answered 429 / RESOURCE_EXHAUSTED or 503 / UNAVAILABLE (queue full), sent again; cs/req: context "
+          "switches of all the server's threads per request")
     print(f"{'scenario':28} {'gputally':>9} {'otelcol':>9} {'ratio':>6} {'(median)':>8} {'p50 ms g/o':>13} "
-          f"{'p99 ms g/o':>13} {'RSS MiB g/o':>13} {'lost g/o':>9} {'refused g/o':>11}")
+          f"{'p99 ms g/o':>13} {'RSS MiB g/o':>13} {'lost g/o':>9} {'refused g/o':>11} {'cs/req g/o':>11}")
     for scenario in scenarios:
         runs = {server: results[(server, scenario)] for server in SERVERS}
         g, o = (max(runs[server], key=lambda r: r["points_per_cpu_s"]) for server in SERVERS)
@@ -604,7 +640,8 @@ def report(scenarios: list[str], results: dict[tuple[str, str], list[dict[str, A
         print(f"{scenario:28} {g['points_per_cpu_s']:>9,.0f} {o['points_per_cpu_s']:>9,.0f} "
               f"{g['points_per_cpu_s'] / o['points_per_cpu_s']:>5.2f}x {f'({gm / om:.2f}x)':>8} "
               f"{g['p50_ms']:>6.2f}/{o['p50_ms']:<6.2f} {g['p99_ms']:>6.2f}/{o['p99_ms']:<6.2f} "
-              f"{g['rss_mib']:>6.1f}/{o['rss_mib']:<6.1f} {g['lost']:>4}/{o['lost']:<4} {g['refused']:>5}/{o['refused']:<5}")
+              f"{g['rss_mib']:>6.1f}/{o['rss_mib']:<6.1f} {g['lost']:>4}/{o['lost']:<4} {g['refused']:>5}/{o['refused']:<5} "
+              f"{g['switches_per_request']:>5.1f}/{o['switches_per_request']:<5.1f}")
     for scenario in scenarios:
         if scenario in ctx.notes:
             print(ctx.notes[scenario])
