@@ -70,6 +70,10 @@ class OTLPGrpcConfig(_OTLPExporterConfig):
 
     endpoint: str = "http://localhost:4317"
     """``host:port`` (TLS unless ``tls.insecure``) or ``http(s)://host:port`` (the scheme decides)."""
+    implementation: Literal["native", "grpcio"] = "native"
+    """gputally's own key (not the Collector's): ``native`` sends from the event loop's thread
+    (:mod:`gputally.h2`, a fraction of grpc.aio's CPU per call); ``grpcio`` sends through
+    grpc.aio, gRPC core's client, as before."""
 
     @field_validator("endpoint")
     @classmethod

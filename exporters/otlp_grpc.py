@@ -1,10 +1,10 @@
 """The ``otlp`` exporter: OTLP over gRPC, as the OpenTelemetry Collector's exporter of that name.
 
 Batches go out as the bytes they arrived as: a generic unary call with no serializer posts
-``batch.serialize()`` to ``/opentelemetry.proto.collector.<signal>.v1.<Service>/Export``.
-Status codes are classified as the OTLP specification says: CANCELLED, DEADLINE_EXCEEDED,
-ABORTED, OUT_OF_RANGE, UNAVAILABLE and DATA_LOSS are retried, RESOURCE_EXHAUSTED only when
-the server sent RetryInfo (its delay then replaces our backoff); anything else is permanent.
+``batch.serialize()`` to ``/opentelemetry.proto.collector.<signal>.v1.<Service>/Export``,
+through the native transport (:mod:`.grpc_native`, the default) or, with ``implementation:
+grpcio``, through grpc.aio (:class:`GrpcTransport`, here). Status codes are classified as the
+OTLP specification says (:mod:`.grpc_errors`).
 """
 
 from __future__ import annotations
@@ -14,21 +14,20 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
 
 import grpc
 import grpc.aio
 from google.protobuf.message import DecodeError
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from gputally import __version__
 from gputally.auth import BearerTokenAuth
 from gputally.config.files import read_input_file
 from gputally.config.types import ClientTLSSettings, RetrySettings
-from gputally.errors import ConfigError, ExportError, PermanentExportError, TransientExportError
+from gputally.errors import ConfigError
 from gputally.exporters.config import OTLPGrpcConfig
 from gputally.exporters.env import Target, resolve_grpc
+from gputally.exporters.grpc_errors import translate
+from gputally.exporters.grpc_native import NativeGrpcTransport
 from gputally.exporters.sender import QueuedExporter
 from gputally.exporters.transport import Receipt, receipt_from_response
 from gputally.otlp.batch import Batch
@@ -40,42 +39,15 @@ __all__ = ["GrpcTransport", "create_exporter", "factory"]
 
 log = logging.getLogger(__name__)
 
-_RETRYABLE = frozenset({
-    grpc.StatusCode.CANCELLED,
-    grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.ABORTED,
-    grpc.StatusCode.OUT_OF_RANGE,
-    grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.DATA_LOSS,
-})
 _COMPRESSION = {"gzip": grpc.Compression.Gzip, "none": grpc.Compression.NoCompression}
 _ChannelKey = tuple[str, ClientTLSSettings]
 
 
-def _retry_delay(error: grpc.aio.AioRpcError) -> float | None:
-    """Seconds from a RetryInfo in the error's rich status, if the server sent one."""
-    try:
-        status = rpc_status.from_call(cast(Any, error))  # an aio error has the Call methods it reads
-    except (ValueError, DecodeError):
-        return None  # malformed or inconsistent grpc-status-details-bin
-    if status is None:
-        return None
-    for detail in status.details:
-        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
-            info = error_details_pb2.RetryInfo()
-            detail.Unpack(info)
-            return max(float(info.retry_delay.ToTimedelta().total_seconds()), 0.0)
+def _status_details(error: grpc.aio.AioRpcError) -> bytes | None:
+    for key, value in error.trailing_metadata() or ():
+        if key == "grpc-status-details-bin" and isinstance(value, bytes):
+            return value
     return None
-
-
-def translate(error: grpc.aio.AioRpcError) -> ExportError:
-    """The gputally error for a failed call, per the OTLP specification's retry rules."""
-    code = error.code()
-    delay = _retry_delay(error)
-    message = f"{code.name}: {error.details()}"
-    if code in _RETRYABLE or (code is grpc.StatusCode.RESOURCE_EXHAUSTED and delay is not None):
-        return TransientExportError(message, retry_after=delay)
-    return PermanentExportError(message)
 
 
 def _read(path: Path | None, key: str) -> bytes | None:
@@ -177,7 +149,7 @@ class GrpcTransport:
                 wait_for_ready=self._draining,
             )
         except grpc.aio.AioRpcError as exc:
-            raise translate(exc) from exc
+            raise translate(exc.code(), exc.details(), _status_details(exc)) from exc
         self._reached.add((target.endpoint, target.tls))
         if not raw:
             return Receipt()  # an empty response: no partial success (the common answer)
@@ -209,9 +181,8 @@ def create_exporter(
     targets = resolve_grpc(config, environ)
     if any(t.tls.insecure_skip_verify and not t.tls.insecure for t in targets.values()):
         raise ConfigError(f"{context.id}: tls.insecure_skip_verify is not supported over gRPC; set tls.ca_file")
-    transport = GrpcTransport(
-        targets, authenticator=context.authenticator(config.auth), retry=config.retry_on_failure
-    )
+    kind = NativeGrpcTransport if config.implementation == "native" else GrpcTransport
+    transport = kind(targets, authenticator=context.authenticator(config.auth), retry=config.retry_on_failure)
     return QueuedExporter.from_config(
         transport, retry=config.retry_on_failure, queue=config.sending_queue, context=context
     )

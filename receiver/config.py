@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -65,6 +65,10 @@ class GRPCSettings(Strict):
     """Serve TLS (and demand client certificates when ``client_ca_file`` is set); plain text when unset."""
     auth: AuthSettings | None = None
     """Require the ``authorization`` metadata checked by this authenticator extension."""
+    implementation: Literal["native", "grpcio"] = "native"
+    """gputally's own key (not the Collector's): ``native`` serves gRPC from the event loop's
+    thread (:mod:`gputally.h2`, about half grpc.aio's CPU per request); ``grpcio`` serves it
+    with grpc.aio, gRPC core's server, as before."""
 
     @field_validator("endpoint")
     @classmethod

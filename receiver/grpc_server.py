@@ -1,38 +1,36 @@
-"""OTLP/gRPC: the three ``Export`` methods and health checking on one ``grpc.aio`` server.
+"""OTLP/gRPC on gputally's own HTTP/2 server (``implementation: native``, the default).
 
-Requests arrive as raw bytes (no deserializer), are checked once by ``Intake.decode`` and
-forwarded as the same bytes. gzip is decompressed by gRPC core.
-
-Size limit: OTLP wants INVALID_ARGUMENT (not retryable) for an oversized request, but gRPC
-core answers RESOURCE_EXHAUSTED itself for messages over its receive limit. So core's limit
-is set to 4x ``max_recv_msg_size_mib`` and the handler answers INVALID_ARGUMENT between 1x and
-4x. Beyond 4x, core answers RESOURCE_EXHAUSTED without RetryInfo, which OTLP clients also
-treat as not retryable, and the handler never sees (or counts) the request.
+The three ``Export`` methods and ``grpc.health.v1`` on :class:`gputally.h2.Server`, which runs
+in the event loop's thread: a request costs about half what it costs through grpc.aio, whose
+core polls its completion queue from a thread of its own (``bench/grpc_floor.py``). Requests
+are handled exactly as the grpcio implementation handles them (:mod:`.grpc_export`): the same
+checks, counts, codes, messages and RetryInfo.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable
 
-import grpc
 from grpc_status import rpc_status
 
 from gputally.errors import ConfigError
+from gputally.h2 import GrpcError, Metadata, Method, Server
+from gputally.h2.server import UnaryHandler
 from gputally.otlp.signals import SIGNALS, Signal
 
 from .config import GRPCSettings, split_endpoint
+from .grpc_export import CORE_LIMIT_FACTOR, export
 from .health import HealthReporter
 from .intake import Intake
-from .net import bind_problem, host_port
+from .net import describe_bind_error, host_port
 from .status import Failure
 from .tls import ServerTLS
 
 __all__ = ["GRPCServer"]
 
 log = logging.getLogger(__name__)
-
-CORE_LIMIT_FACTOR = 4
 
 
 class GRPCServer:
@@ -63,7 +61,7 @@ class GRPCServer:
             is_ready=is_ready,
             interval=health_interval,
         )
-        self._server: grpc.aio.Server | None = None
+        self._server: Server | None = None
         self._address: str | None = None
 
     @property
@@ -73,26 +71,18 @@ class GRPCServer:
 
     async def start(self) -> None:
         """Bind and serve; a port that cannot be bound raises ConfigError."""
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", CORE_LIMIT_FACTOR * self._limit),
-                # gRPC turns SO_REUSEPORT on by default, which lets a second instance share the
-                # port silently; only a deliberate multi-process setup should.
-                ("grpc.so_reuseport", 1 if self._reuse_port else 0),
-            ]
+        methods = {SIGNALS[s].grpc_method: Method(self._export_handler(s)) for s in sorted(self._intake.signals)}
+        methods.update(self._health.methods())
+        server = Server(
+            methods,
+            max_receive_message_length=CORE_LIMIT_FACTOR * self._limit,
+            ssl_context=self._tls.h2_ssl_context if self._tls else None,
+            reuse_port=self._reuse_port,
         )
-        server.add_generic_rpc_handlers(
-            [
-                grpc.method_handlers_generic_handler(SIGNALS[signal].service, {"Export": self._export_handler(signal)})
-                for signal in sorted(self._intake.signals)
-            ]
-        )
-        self._health.register(server)
-        self._address = self._bind(server)
         self._server = server
         try:
+            self._address = await self._bind(server)
             await self._health.start()
-            await server.start()
         except BaseException:
             await self.shutdown()
             raise
@@ -104,55 +94,43 @@ class GRPCServer:
             return
         server, self._server = self._server, None
         await self._health.shutdown()
-        await server.stop(self._grace)
-        log.info("%s: OTLP/gRPC on %s stopped", self._name, self._address)
+        await server.shutdown(self._grace)
+        if self._address is not None:
+            log.info("%s: OTLP/gRPC on %s stopped", self._name, self._address)
         self._address = None
 
-    def _bind(self, server: grpc.aio.Server) -> str:
+    async def _bind(self, server: Server) -> str:
         endpoint = self._settings.endpoint
         if endpoint.startswith("unix:"):
-            host, port = "", 0
-            target = endpoint
-        else:
-            host, port = split_endpoint(endpoint)
-            target = host_port(host, port)
+            path = endpoint.removeprefix("unix:")
+            path = path[2:] if path.startswith("//") else path
+            try:
+                await server.listen_unix(path)
+            except OSError as exc:
+                raise ConfigError(
+                    f"receivers::{self._name}: grpc endpoint {endpoint}: cannot bind the unix socket "
+                    f"({describe_bind_error(exc)}; does its directory exist, and may gputally write there?)"
+                ) from exc
+            return endpoint
+        host, port = split_endpoint(endpoint)
         try:
-            if self._tls is not None:
-                bound = server.add_secure_port(target, self._tls.grpc_credentials())
-            else:
-                bound = server.add_insecure_port(target)
-        except RuntimeError:
-            bound = 0
-        if not bound:
-            problem = (
-                "cannot bind the unix socket (does its directory exist, and may gputally write there?)"
-                if endpoint.startswith("unix:")
-                else bind_problem(host, port)
-            )
-            raise ConfigError(f"receivers::{self._name}: grpc endpoint {endpoint}: {problem}")
-        return endpoint if endpoint.startswith("unix:") else host_port(host, bound)
+            bound = await server.listen_tcp(host, port)
+        except socket.gaierror as exc:
+            raise ConfigError(f"receivers::{self._name}: grpc endpoint {endpoint}: "
+                              f"cannot resolve host {host!r}: {exc.strerror}") from exc
+        except OSError as exc:
+            raise ConfigError(f"receivers::{self._name}: grpc endpoint {endpoint}: {describe_bind_error(exc)}") from exc
+        return host_port(host, bound)
 
-    def _export_handler(self, signal: Signal) -> grpc.RpcMethodHandler[bytes, bytes]:
+    def _export_handler(self, signal: Signal) -> UnaryHandler:
         intake, limit = self._intake, self._limit
 
-        async def export(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
-            failure = intake.authorize(signal, _metadata(context, "authorization"))
-            if failure is None and len(request) > limit:
-                failure = intake.refuse(signal, Failure.too_large(len(request), limit, "max_recv_msg_size_mib"))
-            if failure is None:
-                outcome = await intake.deliver(signal, lambda: intake.decode(signal, request))
-                if not isinstance(outcome, Failure):
-                    return bytes(outcome.SerializeToString())
-                failure = outcome
-            status = rpc_status.to_status(failure.rpc_status())
-            await context.abort(status.code, status.details, status.trailing_metadata)
+        async def handle(request: bytes, metadata: Metadata) -> bytes:
+            authorization = next((value for key, value in metadata if key == "authorization"), None)
+            outcome = await export(intake, signal, request, authorization, limit)
+            if not isinstance(outcome, Failure):
+                return outcome
+            status = rpc_status.to_status(outcome.rpc_status())
+            raise GrpcError(status.code, status.details, tuple(status.trailing_metadata))
 
-        # No (de)serializers: the handler gets and returns bytes, so each request is parsed once.
-        return grpc.unary_unary_rpc_method_handler(export)
-
-
-def _metadata(context: grpc.aio.ServicerContext[bytes, bytes], key: str) -> str | bytes | None:
-    for item_key, value in context.invocation_metadata() or ():
-        if item_key == key:
-            return value
-    return None
+        return handle

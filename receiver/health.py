@@ -5,6 +5,10 @@ service. The answer is the service's readiness, the same predicate ``/readyz`` a
 (exporters connected, not shutting down): ``Check`` asks it at the moment of the call, so the
 two never disagree, and a small background task polls it so that ``Watch`` streams see changes
 too. Health checks need no auth.
+
+The reporter serves either gRPC implementation: it registers grpcio's servicer on a grpc.aio
+server, or gives the native server (:mod:`gputally.h2`) its own ``Check`` and ``Watch``
+handlers over the same status.
 """
 
 from __future__ import annotations
@@ -18,12 +22,16 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
+from gputally.h2 import GrpcError, Metadata, Method
+
 __all__ = ["HealthReporter"]
 
 log = logging.getLogger(__name__)
 
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+_UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+_SERVICE = "/grpc.health.v1.Health"
 
 
 class _LiveHealthServicer(health_aio.HealthServicer):
@@ -63,9 +71,45 @@ class HealthReporter:
         self._task: asyncio.Task[None] | None = None
         self._status: int | None = None
         self._check_failing = False
+        self._shutting_down = False
+        self._changed = asyncio.Event()
 
     def register(self, server: grpc.aio.Server) -> None:
         health_pb2_grpc.add_HealthServicer_to_server(self._servicer, server)
+
+    def methods(self) -> dict[str, Method]:
+        """``Check`` and ``Watch`` for the native server."""
+        return {f"{_SERVICE}/Check": Method(self._check), f"{_SERVICE}/Watch": Method(self._watch, streaming=True)}
+
+    def _served(self, request: bytes) -> str:
+        try:
+            return health_pb2.HealthCheckRequest.FromString(request).service
+        except Exception as exc:  # noqa: BLE001 (protobuf's DecodeError, or worse)
+            raise GrpcError(grpc.StatusCode.INVALID_ARGUMENT, "not a HealthCheckRequest") from exc
+
+    def _answer(self, service: str) -> int:
+        if service not in self._services:
+            return _UNKNOWN
+        return _NOT_SERVING if self._shutting_down or self._status is None else self._status
+
+    async def _check(self, request: bytes, metadata: Metadata) -> bytes:
+        service = self._served(request)
+        if not self._shutting_down:
+            await self._update()
+        if service not in self._services:
+            raise GrpcError(grpc.StatusCode.NOT_FOUND, "Unknown service")
+        return health_pb2.HealthCheckResponse(status=self._answer(service)).SerializeToString()  # type: ignore[arg-type]
+
+    async def _watch(self, request: bytes, metadata: Metadata, send: Callable[[bytes], None]) -> None:
+        service = self._served(request)
+        last: int | None = None
+        while True:
+            status = self._answer(service)
+            if status != last:
+                send(health_pb2.HealthCheckResponse(status=status).SerializeToString())  # type: ignore[arg-type]
+                last = status
+            changed = self._changed
+            await changed.wait()
 
     async def start(self) -> None:
         """Publish the current status, then keep it current in the background."""
@@ -79,7 +123,13 @@ class HealthReporter:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        self._shutting_down = True
+        self._notify()
         await self._servicer.enter_graceful_shutdown()
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
 
     async def _poll(self) -> None:
         while True:
@@ -101,5 +151,6 @@ class HealthReporter:
         if self._status is not None:
             log.info("%s: health now %s", self._name, health_pb2.HealthCheckResponse.ServingStatus.Name(status))
         self._status = status
+        self._notify()
         for service in self._services:
             await self._servicer.set(service, status)

@@ -10,6 +10,7 @@ from gputally.otlp.known import CheckedShapes
 from gputally.pipeline.component import ComponentContext, Consumer, Receiver
 
 from .config import OTLPReceiverConfig
+from .grpc_grpcio import GrpcioServer
 from .grpc_server import GRPCServer
 from .http_server import HTTPServer
 from .intake import Intake
@@ -39,13 +40,14 @@ class OTLPReceiver(Receiver):
     ) -> None:
         grace = min(context.shutdown_timeout, MAX_GRACE)
         where = f"receivers::{context.id}: protocols"
-        self._grpc: GRPCServer | None = None
+        self._grpc: GRPCServer | GrpcioServer | None = None
         self._http: HTTPServer | None = None
         self._started = False
         grpc, http = config.protocols.grpc, config.protocols.http
         checked = CheckedShapes(budget=config.checked_shapes_mib << 20)  # one cache for both transports
         if grpc is not None:
-            self._grpc = GRPCServer(
+            server = GRPCServer if grpc.implementation == "native" else GrpcioServer
+            self._grpc = server(
                 grpc,
                 name=context.id,
                 intake=Intake(
@@ -108,7 +110,7 @@ class OTLPReceiver(Receiver):
         """Stop accepting, let requests in flight finish (bounded by the grace period). Idempotent."""
         await asyncio.gather(*(server.shutdown() for server in self._servers()))
 
-    def _servers(self) -> list[GRPCServer | HTTPServer]:
+    def _servers(self) -> list[GRPCServer | GrpcioServer | HTTPServer]:
         return [server for server in (self._grpc, self._http) if server is not None]
 
 

@@ -29,6 +29,9 @@ class ServerTLS:
     client_ca: bytes | None
     ssl_context: ssl.SSLContext
     """Server context for aiohttp: TLS 1.2 or later; client certificates required when a CA is set."""
+    h2_ssl_context: ssl.SSLContext
+    """The same for the native gRPC server, offering ``h2`` by ALPN (a context of its own, so
+    HTTPS clients are never offered a protocol aiohttp does not speak)."""
 
     @classmethod
     def load(cls, settings: ServerTLSSettings, where: str) -> ServerTLS:
@@ -38,19 +41,10 @@ class ServerTLS:
         client_ca = None
         if settings.client_ca_file is not None:
             client_ca = _read(settings.client_ca_file, f"{where}.tls.client_ca_file")
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        try:
-            context.load_cert_chain(settings.cert_file, settings.key_file)
-        except ssl.SSLError as exc:
-            raise ConfigError(f"{where}.tls: cert_file and key_file are not a usable PEM pair: {exc}") from exc
-        if client_ca is not None:
-            try:
-                context.load_verify_locations(cadata=client_ca.decode("ascii", "replace"))
-            except ssl.SSLError as exc:
-                raise ConfigError(f"{where}.tls.client_ca_file: not a PEM CA bundle: {exc}") from exc
-            context.verify_mode = ssl.CERT_REQUIRED
-        return cls(cert=cert, key=key, client_ca=client_ca, ssl_context=context)
+        h2_context = _context(settings, client_ca, where)
+        h2_context.set_alpn_protocols(["h2"])
+        return cls(cert=cert, key=key, client_ca=client_ca, ssl_context=_context(settings, client_ca, where),
+                   h2_ssl_context=h2_context)
 
     def grpc_credentials(self) -> grpc.ServerCredentials:
         return grpc.ssl_server_credentials(
@@ -58,6 +52,22 @@ class ServerTLS:
             root_certificates=self.client_ca,
             require_client_auth=self.client_ca is not None,
         )
+
+
+def _context(settings: ServerTLSSettings, client_ca: bytes | None, where: str) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(settings.cert_file, settings.key_file)
+    except ssl.SSLError as exc:
+        raise ConfigError(f"{where}.tls: cert_file and key_file are not a usable PEM pair: {exc}") from exc
+    if client_ca is not None:
+        try:
+            context.load_verify_locations(cadata=client_ca.decode("ascii", "replace"))
+        except ssl.SSLError as exc:
+            raise ConfigError(f"{where}.tls.client_ca_file: not a PEM CA bundle: {exc}") from exc
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 def _read(path: Path, key: str) -> bytes:

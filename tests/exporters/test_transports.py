@@ -56,6 +56,8 @@ class Backend:
     _start_sink: Callable[..., Awaitable[Any]]
     _context: Callable[..., Any]
     _cleanup: list[QueuedExporter]
+    implementation: str | None = None
+    """gRPC: the exporter's ``implementation`` (native, the default, or grpcio)."""
 
     def url(self, port: int, path: str = "") -> str:
         """A plain-text endpoint (for gRPC the scheme decides TLS and a path means nothing)."""
@@ -67,7 +69,10 @@ class Backend:
     def exporter(self, section: dict[str, Any], *, environ: dict[str, str] | None = None,
                  component_id: str | None = None, shutdown_timeout: float = 2.0,
                  **context_extra: Any) -> QueuedExporter:
-        config = self.config.model_validate({"retry_on_failure": FAST_RETRY} | section)
+        defaults: dict[str, Any] = {"retry_on_failure": FAST_RETRY}
+        if self.implementation is not None:
+            defaults["implementation"] = self.implementation
+        config = self.config.model_validate(defaults | section)
         context = self._context(component_id or self.name, shutdown_timeout=shutdown_timeout, **context_extra)
         exporter = self.module.create_exporter(config, context, environ=environ or {})
         self._cleanup.append(exporter)
@@ -123,16 +128,18 @@ _PATHS = {
 
 def _backend(kind: str, request: pytest.FixtureRequest) -> Backend:
     context, cleanup = request.getfixturevalue("context"), request.getfixturevalue("cleanup")
-    if kind == "grpc":
+    if kind in ("grpc", "grpcio"):
         return Backend("grpc", "otlp", OTLPGrpcConfig, otlp_grpc, _PATHS["grpc"],
-                       request.getfixturevalue("start_grpc_sink"), context, cleanup)
+                       request.getfixturevalue("start_grpc_sink"), context, cleanup,
+                       implementation="grpcio" if kind == "grpcio" else None)
     return Backend("http", "otlphttp", OTLPHttpConfig, otlp_http, _PATHS["http"],
                    request.getfixturevalue("start_http_sink"), context, cleanup)
 
 
-@pytest.fixture(params=["grpc", "http"])
+@pytest.fixture(params=["grpc", "grpcio", "http"])
 def backend(request: pytest.FixtureRequest) -> Backend:
-    """Each transport in turn (or the one a test names with ``indirect=["backend"]``)."""
+    """Each transport in turn: gRPC native (the default), gRPC on grpcio, HTTP (or the one a test
+    names with ``indirect=["backend"]``)."""
     return _backend(request.param, request)
 
 
@@ -157,7 +164,7 @@ def _per_transport(grpc_cases: list[Any], http_cases: list[Any]) -> list[Any]:
     def label(case: Any) -> str:
         return case.name if isinstance(case, Code) else str(case)
 
-    return ([pytest.param("grpc", c, id=f"grpc-{label(c)}") for c in grpc_cases]
+    return ([pytest.param(kind, c, id=f"{kind}-{label(c)}") for kind in ("grpc", "grpcio") for c in grpc_cases]
             + [pytest.param("http", c, id=f"http-{label(c)}") for c in http_cases])
 
 

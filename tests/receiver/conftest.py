@@ -19,9 +19,16 @@ def env() -> Env:
     return Env(SelfTelemetry(), {signal: Recorder() for signal in Signal}, [True])
 
 
+@pytest.fixture(params=["native", "grpcio"])
+def grpc_implementation(request: pytest.FixtureRequest) -> str:
+    """Every receiver test runs on both gRPC implementations (``protocols.grpc.implementation``)."""
+    return str(request.param)
+
+
 @pytest.fixture
-async def start_receiver(env: Env) -> AsyncIterator[StartReceiver]:
-    """Build a receiver from a config dict (both protocols on port 0 by default) and start it."""
+async def start_receiver(env: Env, grpc_implementation: str) -> AsyncIterator[StartReceiver]:
+    """Build a receiver from a config dict (both protocols on port 0 by default) and start it;
+    its gRPC protocol on ``grpc_implementation`` unless the config names one."""
     started: list[OTLPReceiver] = []
 
     async def start(
@@ -33,6 +40,10 @@ async def start_receiver(env: Env) -> AsyncIterator[StartReceiver]:
     ) -> OTLPReceiver:
         if config is None:
             config = {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}, "http": {"endpoint": "127.0.0.1:0"}}}
+        grpc_section = (config.get("protocols") or {}).get("grpc", False)
+        if grpc_section is not False:
+            grpc_section = {"implementation": grpc_implementation, **(grpc_section or {})}
+            config = {**config, "protocols": {**config["protocols"], "grpc": grpc_section}}
         receiver = OTLPReceiver(
             factory.parse(config),
             env.context(),

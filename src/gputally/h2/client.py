@@ -1,0 +1,376 @@
+"""A gRPC client channel on asyncio: unary calls over one HTTP/2 connection, reconnecting.
+
+Like the server, it runs in the event loop's thread: a call is one write of its frames, its
+answer is parsed where the loop reads it. The channel keeps one connection, opens it on the
+first call, and after a failed connect waits a growing, jittered backoff (as gRPC's
+``initial_reconnect_backoff_ms`` / ``max_reconnect_backoff_ms``) during which calls fail at
+once with UNAVAILABLE, unless ``wait_for_ready`` makes them wait for the connection within
+their deadline. A GOAWAY sends new calls to a fresh connection; calls the server said it
+never started, and calls on a connection that broke, end UNAVAILABLE (retryable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import ssl
+from dataclasses import dataclass
+
+import grpc
+
+from . import hpack
+from .connection import Connection
+from .frames import ErrorCode
+from .grpc import (
+    GrpcError,
+    Metadata,
+    encode_metadata,
+    format_timeout,
+    gzip,
+    http_status_code,
+    message,
+    read_message,
+    status_from,
+)
+
+__all__ = ["Channel", "Target", "parse_target"]
+
+log = logging.getLogger(__name__)
+
+MAX_RESPONSE = 64 * 2**20
+"""Largest response message read (gRPC's default would be 4 MiB; OTLP answers are tiny)."""
+_LAST_STREAM_ID = 2**31 - 1
+
+_RESET_CODES = {
+    ErrorCode.REFUSED_STREAM: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.CANCEL: grpc.StatusCode.CANCELLED,
+    ErrorCode.ENHANCE_YOUR_CALM: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorCode.INADEQUATE_SECURITY: grpc.StatusCode.PERMISSION_DENIED,
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a channel connects: a TCP host and port, or a unix socket path."""
+
+    host: str = ""
+    port: int = 0
+    path: str | None = None
+
+    @property
+    def authority(self) -> str:
+        if self.path is not None:
+            return "localhost"
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_target(target: str) -> Target:
+    """A gRPC target string (``host:port``, ``dns:///host:port``, ``[::1]:port``, ``unix:path``,
+    ``unix:///abs/path``, ``ipv4:addr:port``, ``ipv6:[addr]:port``); ValueError when malformed."""
+    if target.startswith("unix:"):
+        path = target.removeprefix("unix:")
+        if path.startswith("//"):
+            path = path[2:]
+        if not path:
+            raise ValueError(f"{target!r}: a unix target needs a path")
+        return Target(path=path)
+    for scheme in ("dns:///", "dns:", "ipv4:", "ipv6:"):
+        if target.startswith(scheme):
+            target = target.removeprefix(scheme)
+            break
+    if target.startswith("["):
+        host, _, rest = target[1:].partition("]")
+        port_text = rest.removeprefix(":") if rest.startswith(":") else ""
+    else:
+        host, sep, port_text = target.rpartition(":")
+        if not sep:
+            host, port_text = target, ""
+    if not host:
+        raise ValueError(f"{target!r}: no host")
+    if not port_text:
+        return Target(host=host, port=443)
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"{target!r}: the port is not a number from 1 to 65535")
+    return Target(host=host, port=int(port_text))
+
+
+class _Pending:
+    __slots__ = ("body", "future", "headers")
+
+    def __init__(self, future: asyncio.Future[tuple[GrpcError | None, bytes, str | None]]) -> None:
+        self.future = future
+        self.headers: list[tuple[str, str]] | None = None
+        self.body: list[bytes] = []
+
+
+class _ClientConnection(Connection):
+    client = True
+
+    def __init__(self, channel: Channel) -> None:
+        super().__init__()
+        self._channel = channel
+        self._next_stream = 1
+        self._calls: dict[int, _Pending] = {}
+        self._room = asyncio.Event()
+        self._room.set()
+        self.draining = False
+
+    @property
+    def usable(self) -> bool:
+        return not self.closed and not self.draining and self._next_stream < _LAST_STREAM_ID
+
+    async def wait_for_room(self) -> None:
+        """Until the peer's SETTINGS_MAX_CONCURRENT_STREAMS allows one more stream."""
+        while self._peer_max_streams is not None and len(self._calls) >= self._peer_max_streams:
+            self._room.clear()
+            await self._room.wait()
+
+    def start(self, block: bytes, body: bytes) -> tuple[int, asyncio.Future[tuple[GrpcError | None, bytes, str | None]]]:
+        stream_id = self._next_stream
+        self._next_stream += 2
+        future: asyncio.Future[tuple[GrpcError | None, bytes, str | None]] = self._channel._loop.create_future()
+        self._calls[stream_id] = _Pending(future)
+        self._open(stream_id)
+        self.send(stream_id, block, body)
+        return stream_id, future
+
+    def cancel(self, stream_id: int) -> None:
+        if self._calls.pop(stream_id, None) is not None:
+            self.reset(stream_id, ErrorCode.CANCEL)
+            self._freed()
+
+    def _on_headers(self, stream_id: int, headers: list[tuple[str, str]], end_stream: bool) -> None:
+        call = self._calls.get(stream_id)
+        if call is None:
+            return
+        if call.headers is None:
+            call.headers = headers
+            status = next((value for name, value in headers if name == ":status"), "")
+            if status != "200":
+                self._finish(stream_id, GrpcError(http_status_code(status), f"HTTP status {status or 'missing'}"))
+                return
+            if end_stream:  # trailers-only
+                self._finish(stream_id, status_from(headers))
+        elif end_stream:
+            self._finish(stream_id, status_from(headers))
+
+    def _on_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
+        call = self._calls.get(stream_id)
+        if call is None:
+            return
+        call.body.append(data)
+        if end_stream:
+            self._finish(stream_id, GrpcError(grpc.StatusCode.INTERNAL, "the server ended the stream without trailers"))
+
+    def _finish(self, stream_id: int, error: GrpcError | None) -> None:
+        call = self._calls.pop(stream_id, None)
+        self._forget(stream_id)
+        if call is None:
+            return
+        encoding = next((value for name, value in call.headers or () if name == "grpc-encoding"), None)
+        if not call.future.done():
+            call.future.set_result((error, b"".join(call.body), encoding))
+        self._freed()
+
+    def _on_reset(self, stream_id: int, code: int) -> None:
+        call = self._calls.pop(stream_id, None)
+        if call is not None and not call.future.done():
+            status = _RESET_CODES.get(ErrorCode(code) if code in ErrorCode._value2member_map_ else ErrorCode.INTERNAL_ERROR,
+                                      grpc.StatusCode.INTERNAL)
+            call.future.set_result((GrpcError(status, f"stream reset by the server (HTTP/2 error {code})"), b"", None))
+        self._freed()
+
+    def _on_goaway(self, last_stream_id: int, code: int, debug: bytes) -> None:
+        self.draining = True
+        for stream_id in [s for s in self._calls if s > last_stream_id]:
+            call = self._calls.pop(stream_id)
+            self._forget(stream_id)
+            if not call.future.done():
+                call.future.set_result((GrpcError(grpc.StatusCode.UNAVAILABLE, "the server went away before the call"),
+                                        b"", None))
+        if code != ErrorCode.NO_ERROR:
+            log.debug("GOAWAY from %s: %s %s", self._channel.description, code, debug[:200])
+        self._freed()
+        if not self._calls:
+            self.close()
+
+    def _on_closed(self, exc: Exception | None) -> None:
+        why = f"connection to {self._channel.description} lost" + (f": {exc}" if exc else "")
+        for call in self._calls.values():
+            if not call.future.done():
+                call.future.set_result((GrpcError(grpc.StatusCode.UNAVAILABLE, why), b"", None))
+        self._calls.clear()
+        self._room.set()
+
+    def _on_settings(self) -> None:
+        self._freed()
+
+    def _freed(self) -> None:
+        self._room.set()
+        if self.draining and not self._calls:
+            self.close()
+
+
+class Channel:
+    """Unary gRPC calls to one target over one reconnecting HTTP/2 connection."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+        user_agent: str = "gputally",
+        initial_backoff: float = 1.0,
+        max_backoff: float = 120.0,
+        connect_timeout: float = 20.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._target = parse_target(target)
+        self.description = target
+        self._ssl = ssl_context
+        if ssl_context is not None:
+            ssl_context.set_alpn_protocols(["h2"])
+        self._server_hostname = server_hostname
+        self._scheme = "https" if ssl_context is not None else "http"
+        self._user_agent = user_agent
+        self._initial_backoff = initial_backoff
+        self._max_backoff = max(max_backoff, initial_backoff)
+        self._connect_timeout = connect_timeout
+        self._rng = rng or random.Random()
+        self._connection: _ClientConnection | None = None
+        self._connecting: asyncio.Task[_ClientConnection] | None = None
+        self._failures = 0
+        self._retry_at = 0.0
+        self._last_error = ""
+        self._blocks: dict[str, bytes] = {}
+        self._closed = False
+        self._loop = asyncio.get_event_loop()
+
+    @property
+    def connected(self) -> bool:
+        return self._connection is not None and self._connection.usable
+
+    async def unary(
+        self,
+        path: str,
+        request: bytes,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata = (),
+        compress: bool = False,
+        wait_for_ready: bool = False,
+    ) -> bytes:
+        """The response's bytes; GrpcError for any other status (UNAVAILABLE when unreachable,
+        DEADLINE_EXCEEDED past ``timeout``)."""
+        self._loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else self._loop.time() + timeout
+        try:
+            async with asyncio.timeout_at(deadline):
+                connection = await self._usable(deadline, wait_for_ready)
+                await connection.wait_for_room()
+                if not connection.usable:
+                    connection = await self._usable(deadline, wait_for_ready)
+                block = self._block(path, timeout, metadata, compress)
+                body = message(gzip(request) if compress else request, compressed=compress)
+                stream_id, future = connection.start(block, body)
+                try:
+                    error, raw, encoding = await future
+                except asyncio.CancelledError:
+                    connection.cancel(stream_id)
+                    raise
+        except TimeoutError:
+            raise GrpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+        if error is not None:
+            raise error
+        try:
+            return read_message(raw, encoding, MAX_RESPONSE) if raw else b""
+        except ValueError as exc:
+            raise GrpcError(grpc.StatusCode.INTERNAL, f"undecodable response: {exc}") from exc
+
+    def _block(self, path: str, timeout: float | None, metadata: Metadata, compress: bool) -> bytes:
+        fixed = self._blocks.get(path)
+        if fixed is None:
+            fixed = self._blocks[path] = hpack.encode([
+                (":method", "POST"), (":scheme", self._scheme), (":path", path),
+                (":authority", self._server_hostname or self._target.authority),
+                ("content-type", "application/grpc"), ("te", "trailers"), ("user-agent", self._user_agent),
+            ])
+        extra: list[tuple[str, str]] = []
+        if timeout is not None:
+            extra.append(("grpc-timeout", format_timeout(timeout)))
+        if compress:
+            extra.append(("grpc-encoding", "gzip"))
+        extra.append(("grpc-accept-encoding", "identity,gzip"))
+        extra.extend(encode_metadata(metadata))
+        return fixed + hpack.encode(extra)
+
+    async def connect(self) -> None:
+        """Connect now (as a call would), raising GrpcError UNAVAILABLE when it fails."""
+        self._loop = asyncio.get_running_loop()
+        await self._usable(None, wait_for_ready=False)
+
+    async def _usable(self, deadline: float | None, wait_for_ready: bool) -> _ClientConnection:
+        while True:
+            if self._closed:
+                raise GrpcError(grpc.StatusCode.UNAVAILABLE, "the channel is closed")
+            connection = self._connection
+            if connection is not None and connection.usable:
+                return connection
+            now = self._loop.time()
+            if now < self._retry_at:
+                if not wait_for_ready:
+                    raise GrpcError(grpc.StatusCode.UNAVAILABLE, self._last_error)
+                wake = self._retry_at if deadline is None else min(self._retry_at, deadline)
+                await asyncio.sleep(max(wake - now, 0))
+                continue
+            if self._connecting is None:
+                self._connecting = self._loop.create_task(self._connect(), name=f"connect {self.description}")
+            try:
+                return await asyncio.shield(self._connecting)
+            except OSError as exc:
+                if not wait_for_ready:
+                    raise GrpcError(grpc.StatusCode.UNAVAILABLE, self._last_error) from exc
+
+    async def _connect(self) -> _ClientConnection:
+        target = self._target
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                if target.path is not None:
+                    _, connection = await self._loop.create_unix_connection(
+                        lambda: _ClientConnection(self), target.path, ssl=self._ssl,
+                        server_hostname=self._server_hostname or ("localhost" if self._ssl else None))
+                else:
+                    _, connection = await self._loop.create_connection(
+                        lambda: _ClientConnection(self), target.host, target.port, ssl=self._ssl,
+                        server_hostname=(self._server_hostname or target.host) if self._ssl else None)
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            self._failed(exc)
+            raise OSError(self._last_error) from exc
+        finally:
+            self._connecting = None
+        self._failures = 0
+        self._retry_at = 0.0
+        old, self._connection = self._connection, connection
+        if old is not None and not old._calls:
+            old.close()
+        return connection
+
+    def _failed(self, exc: BaseException) -> None:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (str(exc) or type(exc).__name__)
+        self._last_error = f"failed to connect to {self.description}: {reason}"
+        backoff = min(self._initial_backoff * 1.6**self._failures, self._max_backoff)
+        self._failures += 1
+        self._retry_at = self._loop.time() + backoff * self._rng.uniform(0.8, 1.2)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._connecting is not None:
+            self._connecting.cancel()
+            with contextlib.suppress(BaseException):
+                await self._connecting
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None

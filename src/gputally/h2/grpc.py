@@ -1,0 +1,198 @@
+"""gRPC over HTTP/2 (the "PROTOCOL-HTTP2" document of grpc/grpc): what rides on the frames.
+
+A message is a 5-byte prefix (compressed flag, 32-bit length) and its bytes; the status is
+``grpc-status`` / ``grpc-message`` (percent-encoded) / ``grpc-status-details-bin`` (base64 of
+a ``google.rpc.Status``) in the trailers, or in the headers of a trailers-only response;
+``grpc-timeout`` is a number of at most 8 digits and a unit. Status codes are grpcio's
+``grpc.StatusCode``, so both implementations' callers see one type.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import struct
+import zlib
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+import grpc
+
+__all__ = [
+    "CODES",
+    "GrpcError",
+    "MessageTooLarge",
+    "Metadata",
+    "decode_metadata",
+    "format_timeout",
+    "gunzip",
+    "gzip",
+    "message",
+    "parse_timeout",
+    "read_message",
+    "status_headers",
+]
+
+Metadata = tuple[tuple[str, str | bytes], ...]
+"""Custom metadata: lower-case names; a ``-bin`` name has a bytes value."""
+
+CODES: dict[int, grpc.StatusCode] = {code.value[0]: code for code in grpc.StatusCode}
+_PREFIX = struct.Struct(">BI")
+_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+_RESERVED = frozenset({"te", "content-type", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding",
+                       "grpc-message-type", "user-agent", "grpc-status", "grpc-message",
+                       "connection", "host"})
+# grpc-message is percent-encoded outside printable ASCII, and '%' itself.
+_MESSAGE_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
+
+
+class MessageTooLarge(Exception):
+    """A message (after decompression) above the receiver's limit."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"received message larger than max ({size} vs. {limit})")
+        self.size = size
+        self.limit = limit
+
+
+@dataclass(frozen=True)
+class GrpcError(Exception):
+    """A call that ended with a status other than OK."""
+
+    code: grpc.StatusCode
+    details: str
+    trailers: Metadata = ()
+
+    def __str__(self) -> str:
+        return f"{self.code.name}: {self.details}"
+
+    def trailing(self, key: str) -> str | bytes | None:
+        for name, value in self.trailers:
+            if name == key:
+                return value
+        return None
+
+
+def message(payload: bytes, *, compressed: bool = False) -> bytes:
+    """``payload`` with its length prefix."""
+    return _PREFIX.pack(1 if compressed else 0, len(payload)) + payload
+
+
+def read_message(body: bytes, encoding: str | None, limit: int) -> bytes:
+    """The one message of a unary call's body, decompressed; ValueError when it is not one."""
+    if len(body) < 5:
+        raise ValueError("the body is shorter than a message prefix")
+    compressed, length = _PREFIX.unpack_from(body)
+    if length != len(body) - 5:
+        raise ValueError(f"the body holds {len(body) - 5} bytes after a prefix of {length}")
+    payload = body[5:]
+    if not compressed:
+        if length > limit:
+            raise MessageTooLarge(length, limit)
+        return payload
+    if compressed != 1:
+        raise ValueError(f"compressed flag {compressed}")
+    if encoding != "gzip":
+        raise ValueError(f"a compressed message in grpc-encoding {encoding or 'identity'}")
+    return gunzip(payload, limit)
+
+
+def gzip(payload: bytes) -> bytes:
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 31)
+    return compressor.compress(payload) + compressor.flush()
+
+
+def gunzip(payload: bytes, limit: int) -> bytes:
+    """Decompressed, never past ``limit`` + 1 bytes (a small request cannot become a huge one)."""
+    decompressor = zlib.decompressobj(31)
+    try:
+        out = decompressor.decompress(payload, limit + 1)
+    except zlib.error as exc:
+        raise ValueError(f"not gzip: {exc}") from exc
+    if len(out) > limit:
+        raise MessageTooLarge(len(out), limit)
+    if not decompressor.eof:
+        raise ValueError("truncated gzip")
+    return out
+
+
+def parse_timeout(value: str) -> float | None:
+    """Seconds of a ``grpc-timeout`` value; None when it is malformed (then ignored)."""
+    if not 2 <= len(value) <= 9 or not value[:-1].isdigit() or value[-1] not in _UNITS:
+        return None
+    return int(value[:-1]) * _UNITS[value[-1]]
+
+
+def format_timeout(seconds: float) -> str:
+    """``seconds`` as a ``grpc-timeout`` value: milliseconds, or a coarser unit past 8 digits."""
+    millis = max(int(seconds * 1000), 1)
+    if millis < 10**8:
+        return f"{millis}m"
+    if seconds < 10**8:
+        return f"{int(seconds)}S"
+    return f"{min(int(seconds / 3600), 10**8 - 1)}H"
+
+
+def decode_metadata(headers: list[tuple[str, str]]) -> Metadata:
+    """The custom metadata of a header list: pseudo-headers and gRPC's own dropped, ``-bin`` decoded."""
+    out: list[tuple[str, str | bytes]] = []
+    for name, value in headers:
+        if name.startswith(":") or name in _RESERVED:
+            continue
+        if name.endswith("-bin"):
+            try:
+                out.append((name, base64.b64decode(value + "=" * (-len(value) % 4))))
+            except (binascii.Error, ValueError):
+                continue
+        else:
+            out.append((name, value))
+    return tuple(out)
+
+
+def encode_metadata(metadata: Metadata) -> list[tuple[str, str]]:
+    """Metadata as headers: ``-bin`` values in unpadded base64."""
+    out = []
+    for name, value in metadata:
+        if name.endswith("-bin"):
+            raw = value if isinstance(value, bytes) else value.encode()
+            out.append((name, base64.b64encode(raw).decode("ascii").rstrip("=")))
+        else:
+            out.append((name, value if isinstance(value, str) else value.decode("latin-1")))
+    return out
+
+
+def status_headers(code: grpc.StatusCode, details: str, trailers: Metadata = ()) -> list[tuple[str, str]]:
+    """The status part of trailers (or of a trailers-only response)."""
+    out = [("grpc-status", str(code.value[0]))]
+    if details:
+        out.append(("grpc-message", quote(details, safe=_MESSAGE_SAFE)))
+    out.extend(encode_metadata(trailers))
+    return out
+
+
+def status_from(headers: list[tuple[str, str]]) -> GrpcError | None:
+    """The error that trailers say, or None for OK; no ``grpc-status`` at all is UNKNOWN."""
+    code: grpc.StatusCode | None = None
+    details = ""
+    for name, value in headers:
+        if name == "grpc-status":
+            code = CODES.get(int(value)) if value.isdigit() else None
+            code = code or grpc.StatusCode.UNKNOWN
+        elif name == "grpc-message":
+            details = unquote(value, errors="replace")
+    if code is None:
+        return GrpcError(grpc.StatusCode.UNKNOWN, "the server sent no grpc-status", decode_metadata(headers))
+    if code is grpc.StatusCode.OK:
+        return None
+    return GrpcError(code, details, decode_metadata(headers))
+
+
+_HTTP_CODES = {400: grpc.StatusCode.INTERNAL, 401: grpc.StatusCode.UNAUTHENTICATED,
+               403: grpc.StatusCode.PERMISSION_DENIED, 404: grpc.StatusCode.UNIMPLEMENTED,
+               429: grpc.StatusCode.UNAVAILABLE, 502: grpc.StatusCode.UNAVAILABLE,
+               503: grpc.StatusCode.UNAVAILABLE, 504: grpc.StatusCode.UNAVAILABLE}
+
+
+def http_status_code(status: str) -> grpc.StatusCode:
+    """The gRPC code for a response that is not HTTP 200 (the spec's table)."""
+    return _HTTP_CODES.get(int(status) if status.isdigit() else 0, grpc.StatusCode.UNKNOWN)

@@ -1,0 +1,329 @@
+"""A gRPC server on asyncio: unary methods (and server-streaming ones) over HTTP/2.
+
+It runs in the event loop's own thread: a request is parsed from the socket's bytes where
+the loop reads them, handled by a coroutine, and answered with one write. grpc.aio instead
+polls gRPC core's completion queue from a thread of its own and wakes the loop for every
+event of every call, which costs several times the whole request on this path (the
+repository's ``bench/grpc_floor.py``).
+
+Handlers get the request's bytes and custom metadata and return the response's bytes, or
+raise :class:`~gputally.h2.grpc.GrpcError` to answer with that status. Requests are checked as
+gRPC core checks them: ``POST``, an ``application/grpc`` content type, a known method, one
+length-prefixed message (``identity`` or ``gzip``), at most ``max_receive_message_length``
+bytes (RESOURCE_EXHAUSTED beyond, without reading the rest); ``grpc-timeout`` bounds the
+handler (DEADLINE_EXCEEDED). A client's RST_STREAM cancels its handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+import grpc
+
+from . import hpack
+from .connection import Connection, ProtocolError
+from .frames import ErrorCode
+from .grpc import GrpcError, MessageTooLarge, Metadata, decode_metadata, message, parse_timeout, read_message, status_headers
+
+__all__ = ["Method", "Server", "StreamingHandler", "UnaryHandler"]
+
+log = logging.getLogger(__name__)
+
+UnaryHandler = Callable[[bytes, Metadata], Awaitable[bytes]]
+"""Request bytes and metadata -> response bytes; raise GrpcError for another status."""
+StreamingHandler = Callable[[bytes, Metadata, Callable[[bytes], None]], Awaitable[None]]
+"""Request bytes, metadata and a ``send`` for each response message; returns when the stream ends."""
+
+MAX_CONCURRENT_STREAMS = 1000
+
+_RESPONSE = hpack.encode([(":status", "200"), ("content-type", "application/grpc")])
+_OK = hpack.encode([("grpc-status", "0")])
+_ACCEPT = "identity,gzip"
+
+
+@dataclass(frozen=True)
+class Method:
+    """One RPC: its handler and whether it streams responses."""
+
+    handler: UnaryHandler | StreamingHandler
+    streaming: bool = False
+
+
+class _Call:
+    __slots__ = ("encoding", "method", "metadata", "parts", "size", "task", "timeout")
+
+    def __init__(self, method: Method, encoding: str | None, timeout: float | None, metadata: Metadata) -> None:
+        self.method = method
+        self.encoding = encoding
+        self.timeout = timeout
+        self.metadata = metadata
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.task: asyncio.Task[None] | None = None
+
+
+class _ServerConnection(Connection):
+    client = False
+
+    def __init__(self, server: Server) -> None:
+        super().__init__(max_concurrent_streams=MAX_CONCURRENT_STREAMS)
+        self._server = server
+        self._calls: dict[int, _Call] = {}
+        self._last_stream = 0
+        self._draining = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._server._connections.add(self)
+        if self._server._closing:
+            self.drain()
+
+    def _last_peer_stream(self) -> int:
+        return self._last_stream
+
+    def drain(self) -> None:
+        """GOAWAY: the streams already opened finish, no new one is taken."""
+        if not self._draining:
+            self._draining = True
+            self.goaway(self._last_stream)
+            if not self._calls:
+                self.close()
+
+    def _on_headers(self, stream_id: int, headers: list[tuple[str, str]], end_stream: bool) -> None:
+        call = self._calls.get(stream_id)
+        if call is not None:  # the request's trailers
+            if not end_stream:
+                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "trailers without END_STREAM")
+            self._dispatch(stream_id, call)
+            return
+        if stream_id % 2 == 0 or stream_id <= self._last_stream:
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"HEADERS opening stream {stream_id}")
+        self._last_stream = stream_id
+        if self._draining:
+            self.reset(stream_id, ErrorCode.REFUSED_STREAM)
+            return
+        if len(self._calls) >= MAX_CONCURRENT_STREAMS:
+            self.reset(stream_id, ErrorCode.REFUSED_STREAM)
+            return
+        self._open(stream_id)
+        fields = dict(headers)
+        if fields.get(":method") != "POST":
+            self._http_error(stream_id, "405")
+            return
+        if not fields.get("content-type", "").startswith("application/grpc"):
+            self._http_error(stream_id, "415")
+            return
+        method = self._server._methods.get(fields.get(":path", ""))
+        if method is None:
+            path = fields.get(":path", "")
+            self._answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {path}")
+            return
+        encoding = fields.get("grpc-encoding")
+        if encoding not in (None, "identity", "gzip"):
+            self._answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, f"grpc-encoding {encoding} is not supported",
+                                (("grpc-accept-encoding", _ACCEPT),))
+            return
+        timeout = parse_timeout(fields["grpc-timeout"]) if "grpc-timeout" in fields else None
+        call = self._calls[stream_id] = _Call(method, encoding, timeout, decode_metadata(headers))
+        if end_stream:
+            self._dispatch(stream_id, call)
+
+    def _on_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
+        call = self._calls.get(stream_id)
+        if call is None or call.task is not None:
+            if stream_id > self._last_stream:
+                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"DATA on idle stream {stream_id}")
+            return  # a stream answered or reset already: its remaining data is dropped
+        call.parts.append(data)
+        call.size += len(data)
+        if call.size > self._server._body_limit:
+            del self._calls[stream_id]
+            self._answer_status(
+                stream_id,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"Received message larger than max ({call.size - 5} vs. {self._server._message_limit})",
+            )
+            self.reset(stream_id, ErrorCode.NO_ERROR)  # stop the upload; the answer is complete
+            return
+        if end_stream:
+            self._dispatch(stream_id, call)
+
+    def _on_reset(self, stream_id: int, code: int) -> None:
+        call = self._calls.pop(stream_id, None)
+        if call is not None and call.task is not None:
+            call.task.cancel()
+        self._maybe_close()
+
+    def _on_goaway(self, last_stream_id: int, code: int, debug: bytes) -> None:
+        self.drain()
+
+    def _on_closed(self, exc: Exception | None) -> None:
+        self._server._connections.discard(self)
+        for call in self._calls.values():
+            if call.task is not None:
+                call.task.cancel()
+        self._calls.clear()
+
+    def _dispatch(self, stream_id: int, call: _Call) -> None:
+        body = call.parts[0] if len(call.parts) == 1 else b"".join(call.parts)
+        call.parts = []
+        call.task = self._server._loop.create_task(self._run(stream_id, call, body))
+
+    async def _run(self, stream_id: int, call: _Call, body: bytes) -> None:
+        try:
+            try:
+                request = read_message(body, call.encoding, self._server._message_limit)
+            except MessageTooLarge as exc:
+                raise GrpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc).capitalize()) from exc
+            except ValueError as exc:
+                raise GrpcError(grpc.StatusCode.INTERNAL, f"Failed parsing the request: {exc}") from exc
+            if call.method.streaming:
+                await self._stream(stream_id, call, request)
+                return
+            handler = call.method.handler
+            if call.timeout is None:
+                response = await handler(request, call.metadata)  # type: ignore[call-arg]
+            else:
+                try:
+                    async with asyncio.timeout(call.timeout):
+                        response = await handler(request, call.metadata)  # type: ignore[call-arg]
+                except TimeoutError:
+                    raise GrpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+            if self._calls.pop(stream_id, None) is not None:
+                self.send(stream_id, _RESPONSE, message(response), _OK)  # type: ignore[arg-type]
+        except GrpcError as error:
+            if self._calls.pop(stream_id, None) is not None:
+                self._answer_status(stream_id, error.code, error.details, error.trailers)
+        except asyncio.CancelledError:
+            if self._calls.pop(stream_id, None) is not None:  # not the client's reset: the server stops
+                self._answer_status(stream_id, grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
+        except Exception:
+            log.exception("gRPC handler for stream %d failed", stream_id)
+            if self._calls.pop(stream_id, None) is not None:
+                self._answer_status(stream_id, grpc.StatusCode.UNKNOWN, "Unexpected error in the handler")
+        finally:
+            self._maybe_close()
+
+    async def _stream(self, stream_id: int, call: _Call, request: bytes) -> None:
+        started = False
+
+        def send(response: bytes) -> None:
+            nonlocal started
+            if stream_id in self._calls:
+                self.send(stream_id, None if started else _RESPONSE, message(response), end_stream=False)
+                started = True
+
+        await call.method.handler(request, call.metadata, send)  # type: ignore[call-arg]
+        if self._calls.pop(stream_id, None) is not None:
+            if started:
+                self.send(stream_id, None, None, _OK)
+            else:
+                self.send(stream_id, None, None, hpack.encode([(":status", "200"), ("content-type", "application/grpc"),
+                                                               ("grpc-status", "0")]))
+
+    def _answer_status(self, stream_id: int, code: grpc.StatusCode, details: str, trailers: Metadata = ()) -> None:
+        """A trailers-only response: the status in the one header block."""
+        block = hpack.encode([(":status", "200"), ("content-type", "application/grpc"),
+                              *status_headers(code, details, trailers)])
+        self.send(stream_id, block)
+
+    def _http_error(self, stream_id: int, status: str) -> None:
+        self.send(stream_id, hpack.encode([(":status", status)]))
+
+    def _local_end(self, stream_id: int) -> None:
+        self._forget(stream_id)  # the answer is out; nothing more is sent or owed on this stream
+        if self._draining and not self._calls and not self._blocked:
+            self.close()
+
+    def _maybe_close(self) -> None:
+        if self._draining and not self._calls and not self._blocked:
+            self.close()
+
+
+class Server:
+    """Serves ``methods`` (by ``/package.Service/Method`` path) on TCP or a unix socket."""
+
+    def __init__(
+        self,
+        methods: Mapping[str, Method],
+        *,
+        max_receive_message_length: int,
+        ssl_context: ssl.SSLContext | None = None,
+        reuse_port: bool = False,
+    ) -> None:
+        self._methods = dict(methods)
+        self._message_limit = max_receive_message_length
+        self._body_limit = max_receive_message_length + 5
+        self._ssl = ssl_context
+        self._reuse_port = reuse_port
+        self._servers: list[asyncio.Server] = []
+        self._connections: set[_ServerConnection] = set()
+        self._closing = False
+        self._loop = asyncio.get_event_loop()
+
+    def add(self, path: str, method: Method) -> None:
+        self._methods[path] = method
+
+    async def listen_tcp(self, host: str, port: int) -> int:
+        """Bind every address of ``host`` (every interface when empty) on one port; the port.
+        An address that cannot be bound raises OSError."""
+        self._loop = asyncio.get_running_loop()
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        seen: set[tuple[int, str]] = set()
+        sockets: list[socket.socket] = []
+        try:
+            for family, kind, proto, _, address in infos:
+                if (family, address[0]) in seen:
+                    continue
+                seen.add((family, address[0]))
+                sock = socket.socket(family, kind, proto)
+                sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if self._reuse_port:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind((address[0], port, *address[2:]))
+                port = port or sock.getsockname()[1]
+            for sock in sockets:
+                sock.setblocking(False)
+                sock.listen(1024)
+                self._servers.append(await self._loop.create_server(self._protocol, sock=sock, ssl=self._ssl))
+        except BaseException:
+            for sock in sockets:
+                sock.close()
+            await self.shutdown(0)
+            raise
+        return port
+
+    async def listen_unix(self, path: str) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._servers.append(await self._loop.create_unix_server(self._protocol, path, ssl=self._ssl))
+
+    def _protocol(self) -> _ServerConnection:
+        return _ServerConnection(self)
+
+    async def shutdown(self, grace: float) -> None:
+        """Stop listening, GOAWAY every connection, give its calls ``grace`` seconds, then cancel them."""
+        self._closing = True
+        for server in self._servers:
+            server.close()
+        for connection in list(self._connections):
+            connection.drain()
+        tasks = [call.task for c in self._connections for call in c._calls.values() if call.task is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+            for task in pending:
+                task.cancel()
+            with contextlib.suppress(Exception):
+                await asyncio.gather(*pending, return_exceptions=True)
+        await asyncio.sleep(0)  # let the answers written above reach the transports
+        for connection in list(self._connections):
+            connection.close()
+        self._servers.clear()
