@@ -98,7 +98,7 @@ class HealthReporter:
             await self._update()
         if service not in self._services:
             raise GrpcError(grpc.StatusCode.NOT_FOUND, "Unknown service")
-        return health_pb2.HealthCheckResponse(status=self._answer(service)).SerializeToString()  # type: ignore[arg-type]
+        return health_pb2.HealthCheckResponse(status=self._answer(service)).SerializeToString()
 
     async def _watch(self, request: bytes, metadata: Metadata, send: Callable[[bytes], None]) -> None:
         service = self._served(request)
@@ -106,7 +106,7 @@ class HealthReporter:
         while True:
             status = self._answer(service)
             if status != last:
-                send(health_pb2.HealthCheckResponse(status=status).SerializeToString())  # type: ignore[arg-type]
+                send(health_pb2.HealthCheckResponse(status=status).SerializeToString())
                 last = status
             changed = self._changed
             await changed.wait()

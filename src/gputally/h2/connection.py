@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from typing import cast
 
 from . import hpack
 from .frames import (
@@ -255,7 +256,7 @@ class Connection(asyncio.Protocol):
                 raise ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "HEADERS too short for its priority")
             payload = payload[5:]
         if flags & _END_HEADERS:
-            self._on_headers(stream_id, self._decoder.decode(bytes(payload)), bool(flags & _END_STREAM))
+            self._on_headers(stream_id, self._decode(bytes(payload)), bool(flags & _END_STREAM))
         else:
             self._block = (stream_id, flags, [bytes(payload)])
 
@@ -268,7 +269,11 @@ class Connection(asyncio.Protocol):
             raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, "a header block beyond any allowed size")
         if flags & _END_HEADERS:
             self._block = None
-            self._on_headers(stream_id, self._decoder.decode(b"".join(parts)), bool(first_flags & _END_STREAM))
+            self._on_headers(stream_id, self._decode(b"".join(parts)), bool(first_flags & _END_STREAM))
+
+    def _decode(self, block: bytes) -> list[tuple[str, str]]:
+        # hpack gives (str, str) tuples unless asked for raw bytes.
+        return cast(list[tuple[str, str]], self._decoder.decode(block))
 
     def _window_update(self, stream_id: int, payload: memoryview) -> None:
         if len(payload) != 4:
@@ -337,7 +342,7 @@ class Connection(asyncio.Protocol):
         stream = self._streams.get(stream_id)
         if stream is None or self._transport is None:
             return  # reset or closed meanwhile: nothing to say any more
-        parts = [(True, block) for block in (headers,) if block is not None]
+        parts: list[tuple[bool, bytes | memoryview]] = [(True, block) for block in (headers,) if block is not None]
         if data is not None:
             parts.append((False, data))
         if trailers is not None:

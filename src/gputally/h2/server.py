@@ -275,7 +275,7 @@ class Server:
         An address that cannot be bound raises OSError."""
         self._loop = asyncio.get_running_loop()
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        seen: set[tuple[int, str]] = set()
+        seen: set[tuple[int, object]] = set()
         sockets: list[socket.socket] = []
         try:
             for family, kind, proto, _, address in infos:
