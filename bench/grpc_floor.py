@@ -1,17 +1,19 @@
 """What grpc.aio alone costs per request, next to the Collector's whole forward (issue 17).
 
-The floor under any Python OTLP/gRPC server built on grpcio: a server whose handler does
-nothing, measured on bench/vs_otelcol.py's load (the 340-point node request, ``--in-flight``
-calls, ``--rate`` requests a second), pinned to one core as there. Three servers:
+The floor under a Python OTLP/gRPC server: a server whose handler does nothing, measured on
+bench/vs_otelcol.py's load (the 340-point node request, ``--in-flight`` calls, ``--rate``
+requests a second), pinned to one core as there. Five servers:
 
-  receive only            a grpc.aio server answering every Export with an empty response
-  receive + send          the same handler awaiting one grpc.aio call to the sink per request:
-                          what forwarding costs before any of gputally's own work
+  grpc.aio receive only   a grpc.aio server answering every Export with an empty response
+  grpc.aio receive + send the same handler awaiting one grpc.aio call to the sink per request:
+                          what forwarding costs on grpcio before any of gputally's own work
+  native receive only     the same two on gputally's own gRPC (gputally.h2: server, channel)
+  native receive + send
   otelcol forward         the test otelcol (receiver, exporter, no processor): the reference
 
 Each row is points per CPU-second of the server (all threads) and its context switches per
-request. When "receive + send" costs more CPU than otelcol's whole forward, no Python OTLP
-server on grpc.aio can forward at the Collector's points per core, however little it does.
+request. When "receive + send" costs more CPU than otelcol's whole forward, no server on that
+transport can forward at the Collector's points per core, however little it does.
 
     .venv/bin/python bench/grpc_floor.py [--rate 1000] [--seconds 8] [--rounds 3] [--scheduling batch|normal]
 """
@@ -68,7 +70,32 @@ _BARE = textwrap.dedent("""
     asyncio.run(main())
 """)
 
-ROWS = ("receive only", "receive + send", "otelcol forward")
+_NATIVE = textwrap.dedent("""
+    import asyncio, sys
+    from gputally.h2 import Channel, Method, Server
+    from gputally.util.scheduling import use_batch_scheduling
+
+    PORT, SINK, METHOD, SCHEDULING = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+    if SCHEDULING == "batch":
+        use_batch_scheduling()
+
+    async def main():
+        channel = Channel(SINK) if SINK else None
+
+        async def export(request, metadata):
+            if channel is not None:
+                await channel.unary(METHOD, request, timeout=10)
+            return b""
+
+        server = Server({METHOD: Method(export)}, max_receive_message_length=64 << 20)
+        await server.listen_tcp("127.0.0.1", PORT)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+""")
+
+ROWS = ("grpc.aio receive only", "grpc.aio receive + send", "native receive only", "native receive + send",
+        "otelcol forward")
 
 
 def run(row: str, args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
@@ -89,8 +116,9 @@ def run(row: str, args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
             }))
             command = [str(args.otelcol), "--config", str(path)]
         else:
-            target = f"127.0.0.1:{ports['sink']}" if row == "receive + send" else ""
-            command = [sys.executable, "-c", _BARE, str(ports["grpc"]), target, METHOD, args.scheduling]
+            target = f"127.0.0.1:{ports['sink']}" if row.endswith("receive + send") else ""
+            script = _NATIVE if row.startswith("native") else _BARE
+            command = [sys.executable, "-c", script, str(ports["grpc"]), target, METHOD, args.scheduling]
         proc = spawn(command, server_cpus, stderr=subprocess.DEVNULL)
         psutil.Process().cpu_affinity(other_cpus)
         try:
@@ -129,11 +157,11 @@ def main() -> None:
         for row in ROWS if round_ % 2 == 0 else ROWS[::-1]:
             r = run(row, args, ctx)
             results[row].append(r)
-            print(f"  round {round_ + 1} {row:16} {r['points_per_cpu_s']:>10,.0f} pts/CPU-s "
+            print(f"  round {round_ + 1} {row:23} {r['points_per_cpu_s']:>10,.0f} pts/CPU-s "
                   f"{r['us_per_request']:6.0f} us/request {r['switches_per_request']:5.1f} cs/request", flush=True)
-    print(f"{'server':16} {'pts/CPU-s':>10} {'us/request':>10} {'cs/request':>10}   (medians of the rounds)")
+    print(f"{'server':23} {'pts/CPU-s':>10} {'us/request':>10} {'cs/request':>10}   (medians of the rounds)")
     for row in ROWS:
-        print(f"{row:16} {statistics.median(r['points_per_cpu_s'] for r in results[row]):>10,.0f} "
+        print(f"{row:23} {statistics.median(r['points_per_cpu_s'] for r in results[row]):>10,.0f} "
               f"{statistics.median(r['us_per_request'] for r in results[row]):>10.0f} "
               f"{statistics.median(r['switches_per_request'] for r in results[row]):>10.1f}")
 

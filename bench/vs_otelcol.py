@@ -118,6 +118,8 @@ class Context:
         self.added: dict[str, list[tuple[str, Any]]] = {}
         """Per attributed scenario: what otelcol's resource inserts on every resource."""
         self.notes: dict[str, str] = {}
+        self.grpc_implementation = "native"
+        """gputally's receiver and exporter ``implementation`` (``--grpc-implementation``)."""
 
     def payload_of(self, scenario: str) -> Payload:
         return self.nodes[scenario].payload if scenario in self.nodes else self.payload
@@ -156,16 +158,20 @@ def config(server: str, scenario: str, ports: dict[str, int], ctx: Context) -> d
     receiver: dict[str, Any] = {"grpc": {"endpoint": f"127.0.0.1:{ports['grpc']}"}}
     if scenario == HTTP:
         receiver = {"http": {"endpoint": f"127.0.0.1:{ports['http']}"}}
+    exporter: dict[str, Any] = {"endpoint": f"127.0.0.1:{ports['sink']}", "tls": {"insecure": True},
+                                "compression": "none", "sending_queue": {"num_consumers": 8, "queue_size": 5000}}
     if server == "gputally":
         telemetry: dict[str, Any] = {
             "metrics": {"address": f"127.0.0.1:{ports['admin']}" if scenario in ATTRIBUTED else None}}
+        if "grpc" in receiver:
+            receiver["grpc"]["implementation"] = ctx.grpc_implementation
+        exporter["implementation"] = ctx.grpc_implementation
     else:
         telemetry = {"metrics": {"level": "none"}, "logs": {"level": "warn"}}
     return {
         "receivers": {"otlp": {"protocols": receiver}},
         "processors": procs,
-        "exporters": {"otlp": {"endpoint": f"127.0.0.1:{ports['sink']}", "tls": {"insecure": True},
-                               "compression": "none", "sending_queue": {"num_consumers": 8, "queue_size": 5000}}},
+        "exporters": {"otlp": exporter},
         "service": {
             "pipelines": {"metrics": {"receivers": ["otlp"], "processors": list(procs), "exporters": ["otlp"]}},
             "telemetry": telemetry,
@@ -568,6 +574,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=0.0, metavar="REQ_PER_S",
                         help="offer this many requests per second on a fixed schedule, at most --in-flight "
                              "outstanding (default: as fast as answered, the slowest part setting the pace)")
+    parser.add_argument("--grpc-implementation", choices=("native", "grpcio"), default="native",
+                        help="gputally's gRPC receiver and exporter (default: native, as gputally's own default)")
     parser.add_argument("--pin", action="store_true",
                         help="server on the last CPU (from its start); load generator and sink on the others")
     parser.add_argument("--only", help="run only scenarios whose name contains this")
@@ -589,6 +597,7 @@ def main() -> None:
     version = subprocess.run([str(args.otelcol), "--version"], capture_output=True, text=True).stdout.strip()
 
     ctx = Context()
+    ctx.grpc_implementation = args.grpc_implementation
     print(f"request: {ctx.points} points, {len(ctx.payload)} bytes; {args.in_flight} in flight; {os.cpu_count()} CPUs; "
           f"{args.seconds:.0f} s per run; {args.rounds} round(s), servers alternating; {version}"
           + (f"; offered {args.rate:,.0f} requests/s" if args.rate else "; closed loop (as fast as answered)")
