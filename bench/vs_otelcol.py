@@ -403,7 +403,10 @@ def run(server: str, scenario: str, args: argparse.Namespace, ctx: Context, *, l
             delivered_wall = time.perf_counter() - t0
             cpu = server_cpu(ps) - cpu0
             switches = context_switches(ps) - switches0
-            attributed = per_request(before, attribution(ports["admin"]), sent) if node is not None else {}
+            after = attribution(ports["admin"]) if node is not None else {}
+            # A request the server refused (its exporter queue full) was attributed before it was
+            # refused and is sent again: it counts once for each time it went through.
+            attributed = per_request(before, after, sent + measured.refused) if node is not None else {}
         finally:
             proc.terminate()
             proc.wait(30)

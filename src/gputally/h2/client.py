@@ -130,7 +130,7 @@ class _ClientConnection(Connection):
     def start(self, block: bytes, body: bytes) -> tuple[int, asyncio.Future[tuple[GrpcError | None, bytes, str | None]]]:
         stream_id = self._next_stream
         self._next_stream += 2
-        future: asyncio.Future[tuple[GrpcError | None, bytes, str | None]] = self._channel._loop.create_future()
+        future: asyncio.Future[tuple[GrpcError | None, bytes, str | None]] = asyncio.get_running_loop().create_future()
         self._calls[stream_id] = _Pending(future)
         self._open(stream_id)
         self.send(stream_id, block, body)
@@ -247,7 +247,6 @@ class Channel:
         self._last_error = ""
         self._blocks: dict[str, bytes] = {}
         self._closed = False
-        self._loop = asyncio.get_event_loop()
 
     @property
     def connected(self) -> bool:
@@ -265,8 +264,8 @@ class Channel:
     ) -> bytes:
         """The response's bytes; GrpcError for any other status (UNAVAILABLE when unreachable,
         DEADLINE_EXCEEDED past ``timeout``)."""
-        self._loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else self._loop.time() + timeout
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
         try:
             async with asyncio.timeout_at(deadline):
                 connection = await self._usable(deadline, wait_for_ready)
@@ -309,7 +308,6 @@ class Channel:
 
     async def connect(self) -> None:
         """Connect now (as a call would), raising GrpcError UNAVAILABLE when it fails."""
-        self._loop = asyncio.get_running_loop()
         await self._usable(None, wait_for_ready=False)
 
     async def _usable(self, deadline: float | None, wait_for_ready: bool) -> _ClientConnection:
@@ -319,7 +317,8 @@ class Channel:
             connection = self._connection
             if connection is not None and connection.usable:
                 return connection
-            now = self._loop.time()
+            loop = asyncio.get_running_loop()
+            now = loop.time()
             if now < self._retry_at:
                 if not wait_for_ready:
                     raise GrpcError(grpc.StatusCode.UNAVAILABLE, self._last_error)
@@ -327,7 +326,7 @@ class Channel:
                 await asyncio.sleep(max(wake - now, 0))
                 continue
             if self._connecting is None:
-                self._connecting = self._loop.create_task(self._connect(), name=f"connect {self.description}")
+                self._connecting = loop.create_task(self._connect(), name=f"connect {self.description}")
             try:
                 return await asyncio.shield(self._connecting)
             except OSError as exc:
@@ -336,14 +335,15 @@ class Channel:
 
     async def _connect(self) -> _ClientConnection:
         target = self._target
+        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._connect_timeout):
                 if target.path is not None:
-                    _, connection = await self._loop.create_unix_connection(
+                    _, connection = await loop.create_unix_connection(
                         lambda: _ClientConnection(self), target.path, ssl=self._ssl,
                         server_hostname=self._server_hostname or ("localhost" if self._ssl else None))
                 else:
-                    _, connection = await self._loop.create_connection(
+                    _, connection = await loop.create_connection(
                         lambda: _ClientConnection(self), target.host, target.port, ssl=self._ssl,
                         server_hostname=(self._server_hostname or target.host) if self._ssl else None)
         except (OSError, TimeoutError, ssl.SSLError) as exc:
@@ -363,7 +363,7 @@ class Channel:
         self._last_error = f"failed to connect to {self.description}: {reason}"
         backoff = min(self._initial_backoff * 1.6**self._failures, self._max_backoff)
         self._failures += 1
-        self._retry_at = self._loop.time() + backoff * self._rng.uniform(0.8, 1.2)
+        self._retry_at = asyncio.get_running_loop().time() + backoff * self._rng.uniform(0.8, 1.2)
 
     async def close(self) -> None:
         self._closed = True

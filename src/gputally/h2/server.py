@@ -173,7 +173,7 @@ class _ServerConnection(Connection):
     def _dispatch(self, stream_id: int, call: _Call) -> None:
         body = call.parts[0] if len(call.parts) == 1 else b"".join(call.parts)
         call.parts = []
-        call.task = self._server._loop.create_task(self._run(stream_id, call, body))
+        call.task = asyncio.get_running_loop().create_task(self._run(stream_id, call, body))
 
     async def _run(self, stream_id: int, call: _Call, body: bytes) -> None:
         try:
@@ -265,7 +265,6 @@ class Server:
         self._servers: list[asyncio.Server] = []
         self._connections: set[_ServerConnection] = set()
         self._closing = False
-        self._loop = asyncio.get_event_loop()
 
     def add(self, path: str, method: Method) -> None:
         self._methods[path] = method
@@ -273,7 +272,7 @@ class Server:
     async def listen_tcp(self, host: str, port: int) -> int:
         """Bind every address of ``host`` (every interface when empty) on one port; the port.
         An address that cannot be bound raises OSError."""
-        self._loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         seen: set[tuple[int, object]] = set()
         sockets: list[socket.socket] = []
@@ -294,7 +293,7 @@ class Server:
             for sock in sockets:
                 sock.setblocking(False)
                 sock.listen(1024)
-                self._servers.append(await self._loop.create_server(self._protocol, sock=sock, ssl=self._ssl))
+                self._servers.append(await loop.create_server(self._protocol, sock=sock, ssl=self._ssl))
         except BaseException:
             for sock in sockets:
                 sock.close()
@@ -303,8 +302,8 @@ class Server:
         return port
 
     async def listen_unix(self, path: str) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._servers.append(await self._loop.create_unix_server(self._protocol, path, ssl=self._ssl))
+        loop = asyncio.get_running_loop()
+        self._servers.append(await loop.create_unix_server(self._protocol, path, ssl=self._ssl))
 
     def _protocol(self) -> _ServerConnection:
         return _ServerConnection(self)
