@@ -121,9 +121,13 @@ class _ClientConnection(Connection):
     def usable(self) -> bool:
         return not self.closed and not self.draining and self._next_stream < _LAST_STREAM_ID
 
+    @property
+    def full(self) -> bool:
+        """The peer's SETTINGS_MAX_CONCURRENT_STREAMS allows no more streams now."""
+        return self._peer_max_streams is not None and len(self._calls) >= self._peer_max_streams
+
     async def wait_for_room(self) -> None:
-        """Until the peer's SETTINGS_MAX_CONCURRENT_STREAMS allows one more stream."""
-        while self._peer_max_streams is not None and len(self._calls) >= self._peer_max_streams:
+        while self.full and not self.closed:
             self._room.clear()
             await self._room.wait()
 
@@ -245,7 +249,7 @@ class Channel:
         self._failures = 0
         self._retry_at = 0.0
         self._last_error = ""
-        self._blocks: dict[str, bytes] = {}
+        self._blocks: dict[tuple[str, float | None, Metadata, bool], bytes] = {}
         self._closed = False
 
     @property
@@ -268,10 +272,13 @@ class Channel:
         deadline = None if timeout is None else loop.time() + timeout
         try:
             async with asyncio.timeout_at(deadline):
-                connection = await self._usable(deadline, wait_for_ready)
-                await connection.wait_for_room()
-                if not connection.usable:
+                connection = self._connection
+                if connection is None or not connection.usable:
                     connection = await self._usable(deadline, wait_for_ready)
+                if connection.full:
+                    await connection.wait_for_room()
+                    if not connection.usable:
+                        connection = await self._usable(deadline, wait_for_ready)
                 block = self._block(path, timeout, metadata, compress)
                 body = message(gzip(request) if compress else request, compressed=compress)
                 stream_id, future = connection.start(block, body)
@@ -290,21 +297,28 @@ class Channel:
             raise GrpcError(grpc.StatusCode.INTERNAL, f"undecodable response: {exc}") from exc
 
     def _block(self, path: str, timeout: float | None, metadata: Metadata, compress: bool) -> bytes:
-        fixed = self._blocks.get(path)
-        if fixed is None:
-            fixed = self._blocks[path] = hpack.encode([
-                (":method", "POST"), (":scheme", self._scheme), (":path", path),
-                (":authority", self._server_hostname or self._target.authority),
-                ("content-type", "application/grpc"), ("te", "trailers"), ("user-agent", self._user_agent),
-            ])
-        extra: list[tuple[str, str]] = []
+        key = (path, timeout, metadata, compress)
+        block = self._blocks.get(key)
+        if block is None:
+            if len(self._blocks) >= 64:  # a rotating token or changing metadata: start over
+                self._blocks.clear()
+            block = self._blocks[key] = self._encode(path, timeout, metadata, compress)
+        return block
+
+    def _encode(self, path: str, timeout: float | None, metadata: Metadata, compress: bool) -> bytes:
+        """A request's header block; stateless (no table), so the same call reuses it."""
+        headers = [
+            (":method", "POST"), (":scheme", self._scheme), (":path", path),
+            (":authority", self._server_hostname or self._target.authority),
+            ("content-type", "application/grpc"), ("te", "trailers"), ("user-agent", self._user_agent),
+        ]
         if timeout is not None:
-            extra.append(("grpc-timeout", format_timeout(timeout)))
+            headers.append(("grpc-timeout", format_timeout(timeout)))
         if compress:
-            extra.append(("grpc-encoding", "gzip"))
-        extra.append(("grpc-accept-encoding", "identity,gzip"))
-        extra.extend(encode_metadata(metadata))
-        return fixed + hpack.encode(extra)
+            headers.append(("grpc-encoding", "gzip"))
+        headers.append(("grpc-accept-encoding", "identity,gzip"))
+        headers.extend(encode_metadata(metadata))
+        return hpack.encode(headers)
 
     async def connect(self) -> None:
         """Connect now (as a call would), raising GrpcError UNAVAILABLE when it fails."""
