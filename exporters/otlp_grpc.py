@@ -28,6 +28,7 @@ from gputally.exporters.config import OTLPGrpcConfig
 from gputally.exporters.env import Target, resolve_grpc
 from gputally.exporters.grpc_errors import translate
 from gputally.exporters.grpc_native import NativeGrpcTransport
+from gputally.h2 import parse_target
 from gputally.exporters.sender import QueuedExporter
 from gputally.exporters.transport import Receipt, receipt_from_response
 from gputally.otlp.batch import Batch
@@ -181,6 +182,11 @@ def create_exporter(
     targets = resolve_grpc(config, environ)
     if any(t.tls.insecure_skip_verify and not t.tls.insecure for t in targets.values()):
         raise ConfigError(f"{context.id}: tls.insecure_skip_verify is not supported over gRPC; set tls.ca_file")
+    for target in targets.values() if config.implementation == "native" else ():
+        try:
+            parse_target(target.endpoint)
+        except ValueError as exc:
+            raise ConfigError(f"{context.id}: endpoint: {exc}") from exc
     kind = NativeGrpcTransport if config.implementation == "native" else GrpcTransport
     transport = kind(targets, authenticator=context.authenticator(config.auth), retry=config.retry_on_failure)
     return QueuedExporter.from_config(

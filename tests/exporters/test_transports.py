@@ -600,6 +600,12 @@ async def test_grpc_plain_text_endpoint_forms(grpc_backend, grpc_sink, make_batc
     await exporter.shutdown()
 
 
+@pytest.mark.parametrize("endpoint", ["collector:port", "collector:70000", "unix:"])
+def test_a_malformed_grpc_endpoint_is_a_config_error(grpc_backend, endpoint: str) -> None:
+    with pytest.raises(ConfigError, match="endpoint"):
+        grpc_backend.exporter({"endpoint": endpoint, "tls": {"insecure": True}})
+
+
 def test_grpc_insecure_skip_verify_is_refused(grpc_backend) -> None:
     with pytest.raises(ConfigError, match="insecure_skip_verify"):
         grpc_backend.exporter({"endpoint": "collector:4317", "tls": {"insecure_skip_verify": True}})

@@ -338,3 +338,26 @@ async def test_a_server_that_allows_one_stream_gets_one_at_a_time() -> None:
     finally:
         await channel.close()
         server.close()
+
+
+async def test_a_response_beyond_the_limit_is_refused_without_holding_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gputally.h2 import client as module
+
+    monkeypatch.setattr(module, "MAX_RESPONSE", 1000)
+
+    def script(peer: Peer, stream: int, headers: list[tuple[str, str]]) -> None:
+        peer.write(frame(Type.HEADERS, Flag.END_HEADERS, stream, encoder.encode([(":status", "200"),
+                                                                               ("content-type", "application/grpc")]))
+                   + frame(Type.DATA, 0, stream, b"\x00" + struct.pack(">I", 5000) + b"x" * 3000))
+
+    server, port, peers = await scripted(script)
+    channel = Channel(f"127.0.0.1:{port}")
+    try:
+        with pytest.raises(GrpcError) as large:
+            await channel.unary(PATH, b"a", timeout=5)
+        assert large.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        await asyncio.sleep(0.05)
+        assert (Type.RST_STREAM, 1, 4) in peers[0].frames  # the stream is cancelled, not read to its end
+    finally:
+        await channel.close()
+        server.close()

@@ -109,10 +109,11 @@ def test_a_well_formed_call_through_the_fuzz_harness_is_answered() -> None:
 
 
 @pytest.mark.parametrize("size", [0, 1, 8, 9, 23])
-def test_a_truncated_preface_waits(size: int) -> None:
+async def test_a_truncated_preface_waits(size: int) -> None:
     server = Server({PATH: Method(echo)}, max_receive_message_length=1024)
     connection = _ServerConnection(server)
     transport = Transport()
     connection.connection_made(transport)
     connection.data_received(PREFACE[:size])
     assert not transport.closing
+    connection.connection_lost(None)

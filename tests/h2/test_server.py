@@ -334,3 +334,28 @@ async def test_a_header_block_split_over_continuations(server: tuple[Server, int
     assert kind == Type.HEADERS and client.headers(payload)[":status"] == "200"
     kind, _, _, payload = await client.frame()
     assert payload == b"\x00\x00\x00\x00\x02ba"
+
+
+async def test_headers_after_the_request_ended_break_the_connection(server: tuple[Server, int],
+                                                                   handlers: Handlers) -> None:
+    _, port = server
+    client = await Raw.open(port)
+    client.request(1, SLOW)  # ended, and held by the handler
+    await asyncio.wait_for(handlers.started.wait(), 5)
+    client.send(frame(Type.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, encoder.encode([("x", "y")])))
+    assert await client.goaway_code() == ErrorCode.PROTOCOL_ERROR
+    await asyncio.wait_for(handlers.cancelled.wait(), 5)  # its call ends with the connection
+    await still_serves(port)
+
+
+async def test_a_connection_that_never_speaks_is_closed(server: tuple[Server, int],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from gputally.h2 import server as module
+
+    monkeypatch.setattr(module, "PREFACE_TIMEOUT", 0.2)
+    _, port = server
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    assert await asyncio.wait_for(reader.read(), 5) != b"" or reader.at_eof()  # its SETTINGS, then the close
+    assert reader.at_eof()
+    writer.close()
+    await still_serves(port)

@@ -97,12 +97,13 @@ def parse_target(target: str) -> Target:
 
 
 class _Pending:
-    __slots__ = ("body", "future", "headers")
+    __slots__ = ("body", "future", "headers", "size")
 
     def __init__(self, future: asyncio.Future[tuple[GrpcError | None, bytes, str | None]]) -> None:
         self.future = future
         self.headers: list[tuple[str, str]] | None = None
         self.body: list[bytes] = []
+        self.size = 0
 
 
 class _ClientConnection(Connection):
@@ -165,6 +166,15 @@ class _ClientConnection(Connection):
         if call is None:
             return
         call.body.append(data)
+        call.size += len(data)
+        if call.size > MAX_RESPONSE + 5:  # never hold more than the largest answer we would read
+            self._calls.pop(stream_id)
+            self.reset(stream_id, ErrorCode.CANCEL)
+            if not call.future.done():
+                call.future.set_result((GrpcError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                                  f"response larger than {MAX_RESPONSE} bytes"), b"", None))
+            self._freed()
+            return
         if end_stream:
             self._finish(stream_id, GrpcError(grpc.StatusCode.INTERNAL, "the server ended the stream without trailers"))
 

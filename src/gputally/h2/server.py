@@ -41,6 +41,8 @@ StreamingHandler = Callable[[bytes, Metadata, Callable[[bytes], None]], Awaitabl
 """Request bytes, metadata and a ``send`` for each response message; returns when the stream ends."""
 
 MAX_CONCURRENT_STREAMS = 1000
+PREFACE_TIMEOUT = 10.0
+"""Seconds a new connection has to send the HTTP/2 preface; a silent one is closed."""
 
 _RESPONSE = hpack.encode([(":status", "200"), ("content-type", "application/grpc")])
 _OK = hpack.encode([("grpc-status", "0")])
@@ -81,8 +83,14 @@ class _ServerConnection(Connection):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._server._connections.add(self)
+        self._silent = asyncio.get_running_loop().call_later(PREFACE_TIMEOUT, self._close_if_silent)
         if self._server._closing:
             self.drain()
+
+    def _close_if_silent(self) -> None:
+        if self._awaiting_preface:
+            log.debug("closing a connection that sent no HTTP/2 preface in %.0f s", PREFACE_TIMEOUT)
+            self.abort()
 
     def _last_peer_stream(self) -> int:
         return self._last_stream
@@ -98,8 +106,8 @@ class _ServerConnection(Connection):
     def _on_headers(self, stream_id: int, headers: list[tuple[str, str]], end_stream: bool) -> None:
         call = self._calls.get(stream_id)
         if call is not None:  # the request's trailers
-            if not end_stream:
-                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "trailers without END_STREAM")
+            if not end_stream or call.task is not None:
+                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {stream_id} after its request")
             self._dispatch(stream_id, call)
             return
         if stream_id % 2 == 0 or stream_id <= self._last_stream:
@@ -164,6 +172,7 @@ class _ServerConnection(Connection):
         self.drain()
 
     def _on_closed(self, exc: Exception | None) -> None:
+        self._silent.cancel()
         self._server._connections.discard(self)
         for call in self._calls.values():
             if call.task is not None:
