@@ -17,7 +17,6 @@ from pathlib import Path
 
 import grpc
 import grpc.aio
-from google.protobuf.message import DecodeError
 
 from gputally import __version__
 from gputally.auth import BearerTokenAuth
@@ -26,11 +25,11 @@ from gputally.config.types import ClientTLSSettings, RetrySettings
 from gputally.errors import ConfigError
 from gputally.exporters.config import OTLPGrpcConfig
 from gputally.exporters.env import Target, resolve_grpc
-from gputally.exporters.grpc_errors import translate
+from gputally.exporters.grpc_common import ChannelKey, ChannelTransport, translate
 from gputally.exporters.grpc_native import NativeGrpcTransport
 from gputally.h2 import parse_target
 from gputally.exporters.sender import QueuedExporter
-from gputally.exporters.transport import Receipt, receipt_from_response
+from gputally.exporters.transport import Receipt
 from gputally.otlp.batch import Batch
 from gputally.otlp.signals import SIGNALS, Signal
 from gputally.pipeline.component import ComponentContext
@@ -64,8 +63,8 @@ def _credentials(tls: ClientTLSSettings) -> grpc.ChannelCredentials:
     )
 
 
-class GrpcTransport:
-    """One channel per distinct endpoint and TLS setting (usually one for all signals)."""
+class GrpcTransport(ChannelTransport[grpc.aio.Channel]):
+    """The grpcio transport (``implementation: grpcio``): grpc.aio channels."""
 
     def __init__(
         self,
@@ -74,42 +73,19 @@ class GrpcTransport:
         authenticator: BearerTokenAuth | None,
         retry: RetrySettings,
     ) -> None:
-        self._targets = dict(targets)
-        self._auth = authenticator
-        # Reconnect at our own retry cadence, not gRPC's (up to 120 s), so a backend that came
-        # back is used by the next retry rather than minutes later.
-        initial_ms = int(max(min(retry.initial_interval, 1.0), 0.01) * 1000)
+        super().__init__(targets, authenticator=authenticator, retry=retry)
+        initial_ms = int(self._initial_backoff * 1000)
         self._options = [
             ("grpc.primary_user_agent", f"gputally/{__version__}"),
             ("grpc.initial_reconnect_backoff_ms", initial_ms),
-            ("grpc.max_reconnect_backoff_ms", max(int(retry.max_interval * 1000), initial_ms)),
+            ("grpc.max_reconnect_backoff_ms", max(int(self._max_backoff * 1000), initial_ms)),
         ]
-        self._channels: dict[_ChannelKey, grpc.aio.Channel] = {}
         self._calls: dict[Signal, grpc.aio.UnaryUnaryMultiCallable] = {}
-        self._reached: set[_ChannelKey] = set()
-        self._watchers: list[asyncio.Task[None]] = []
-        self._draining = False
 
-    @property
-    def description(self) -> str:
-        endpoints = sorted({t.endpoint for t in self._targets.values()})
-        return ", ".join(endpoints)
-
-    @property
-    def ready(self) -> bool:
-        return bool(self._channels) and self._reached >= self._channels.keys()
-
-    async def start(self) -> None:
-        if self._channels:
-            return
-        for signal, target in self._targets.items():
-            key = (target.endpoint, target.tls)
-            if key not in self._channels:
-                self._channels[key] = await self._open(target)
-                self._watchers.append(asyncio.create_task(self._watch(key), name=f"grpc watch {target.endpoint}"))
-            self._calls[signal] = self._channels[key].unary_unary(
-                SIGNALS[signal].grpc_method, request_serializer=None, response_deserializer=None
-            )
+    def _opened(self, signal: Signal, channel: grpc.aio.Channel) -> None:
+        self._calls[signal] = channel.unary_unary(
+            SIGNALS[signal].grpc_method, request_serializer=None, response_deserializer=None
+        )
 
     async def _open(self, target: Target) -> grpc.aio.Channel:
         if target.tls.insecure:
@@ -120,7 +96,7 @@ class GrpcTransport:
             options.append(("grpc.ssl_target_name_override", target.tls.server_name_override))
         return grpc.aio.secure_channel(target.endpoint, credentials, options=options)
 
-    async def _watch(self, key: _ChannelKey) -> None:
+    async def _watch(self, key: ChannelKey) -> None:
         """Mark the channel reached once it connects, without waiting for the first export."""
         channel = self._channels[key]
         try:
@@ -138,38 +114,20 @@ class GrpcTransport:
     async def send(self, batch: Batch) -> Receipt:
         signal = batch.signal
         target = self._targets[signal]
-        metadata = list(target.headers)
-        if self._auth is not None:
-            metadata.append(("authorization", self._auth.header_value()))
         try:
             raw = await self._calls[signal](
                 batch.serialize(),
                 timeout=target.timeout,
-                metadata=metadata,
+                metadata=self._metadata(target),
                 compression=_COMPRESSION[target.compression],
                 wait_for_ready=self._draining,
             )
         except grpc.aio.AioRpcError as exc:
             raise translate(exc.code(), exc.details(), _status_details(exc)) from exc
-        self._reached.add((target.endpoint, target.tls))
-        if not raw:
-            return Receipt()  # an empty response: no partial success (the common answer)
-        try:
-            response = SIGNALS[signal].response.FromString(raw)
-        except DecodeError:
-            log.debug("undecodable Export response from %s; ignoring it", target.endpoint)
-            return Receipt()
-        return receipt_from_response(signal, response)
+        return self._receipt(signal, target, raw)
 
-    def drain(self) -> None:
-        self._draining = True
-
-    async def close(self) -> None:
-        for task in self._watchers:
-            task.cancel()
-        await asyncio.gather(*self._watchers, return_exceptions=True)
-        await asyncio.gather(*(channel.close() for channel in self._channels.values()))
-        self._watchers.clear()
+    async def _close(self, channel: grpc.aio.Channel) -> None:
+        await channel.close()
 
 
 def create_exporter(

@@ -9,7 +9,6 @@ forwarded as the same bytes. gzip is decompressed by gRPC core. The size rules a
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 import grpc
 from grpc_status import rpc_status
@@ -17,56 +16,22 @@ from grpc_status import rpc_status
 from gputally.errors import ConfigError
 from gputally.otlp.signals import SIGNALS, Signal
 
-from .config import GRPCSettings, split_endpoint
-from .grpc_export import CORE_LIMIT_FACTOR, export
-from .health import HealthReporter
-from .intake import Intake
+from .config import split_endpoint
+from .grpc_export import CORE_LIMIT_FACTOR, GRPCListener, export
 from .net import bind_problem, host_port
 from .status import Failure
-from .tls import ServerTLS
 
 __all__ = ["GrpcioServer"]
 
 log = logging.getLogger(__name__)
 
-class GrpcioServer:
+
+class GrpcioServer(GRPCListener):
     """The gRPC listener of one ``otlp`` receiver, on grpc.aio."""
 
-    def __init__(
-        self,
-        settings: GRPCSettings,
-        *,
-        name: str,
-        intake: Intake,
-        tls: ServerTLS | None,
-        is_ready: Callable[[], bool],
-        reuse_port: bool,
-        grace: float,
-        health_interval: float,
-    ) -> None:
-        self._settings = settings
-        self._grace = grace
-        self._name = name
-        self._intake = intake
-        self._tls = tls
-        self._reuse_port = reuse_port
-        self._limit = settings.max_recv_bytes
-        self._health = HealthReporter(
-            name=f"{name}/grpc",
-            services=[SIGNALS[s].service for s in sorted(intake.signals)],
-            is_ready=is_ready,
-            interval=health_interval,
-        )
-        self._server: grpc.aio.Server | None = None
-        self._address: str | None = None
+    _server: grpc.aio.Server | None = None
 
-    @property
-    def address(self) -> str | None:
-        """Where the server listens (the real port when configured with 0); None when it does not."""
-        return self._address
-
-    async def start(self) -> None:
-        """Bind and serve; a port that cannot be bound raises ConfigError."""
+    async def _listen(self) -> str:
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", CORE_LIMIT_FACTOR * self._limit),
@@ -82,25 +47,15 @@ class GrpcioServer:
             ]
         )
         self._health.register(server)
-        self._address = self._bind(server)
+        address = self._bind(server)
         self._server = server
-        try:
-            await self._health.start()
-            await server.start()
-        except BaseException:
-            await self.shutdown()
-            raise
-        log.info("%s: OTLP/gRPC listening on %s%s", self._name, self._address, " (TLS)" if self._tls else "")
+        await server.start()
+        return address
 
-    async def shutdown(self) -> None:
-        """Report NOT_SERVING, refuse new calls, and give calls in flight the grace period."""
-        if self._server is None:
-            return
+    async def _stop(self, grace: float) -> None:
         server, self._server = self._server, None
-        await self._health.shutdown()
-        await server.stop(self._grace)
-        log.info("%s: OTLP/gRPC on %s stopped", self._name, self._address)
-        self._address = None
+        if server is not None:
+            await server.stop(grace)
 
     def _bind(self, server: grpc.aio.Server) -> str:
         endpoint = self._settings.endpoint

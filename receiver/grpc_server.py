@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable
 
 from grpc_status import rpc_status
 
@@ -20,84 +19,36 @@ from gputally.h2 import GrpcError, Metadata, Method, Server
 from gputally.h2.server import UnaryHandler
 from gputally.otlp.signals import SIGNALS, Signal
 
-from .config import GRPCSettings, split_endpoint
-from .grpc_export import CORE_LIMIT_FACTOR, export
-from .health import HealthReporter
-from .intake import Intake
+from .config import split_endpoint
+from .grpc_export import CORE_LIMIT_FACTOR, GRPCListener, export
 from .net import describe_bind_error, host_port
 from .status import Failure
-from .tls import ServerTLS
 
 __all__ = ["GRPCServer"]
 
 log = logging.getLogger(__name__)
 
 
-class GRPCServer:
-    """The gRPC listener of one ``otlp`` receiver."""
+class GRPCServer(GRPCListener):
+    """The gRPC listener of one ``otlp`` receiver, on :class:`gputally.h2.Server`."""
 
-    def __init__(
-        self,
-        settings: GRPCSettings,
-        *,
-        name: str,
-        intake: Intake,
-        tls: ServerTLS | None,
-        is_ready: Callable[[], bool],
-        reuse_port: bool,
-        grace: float,
-        health_interval: float,
-    ) -> None:
-        self._settings = settings
-        self._grace = grace
-        self._name = name
-        self._intake = intake
-        self._tls = tls
-        self._reuse_port = reuse_port
-        self._limit = settings.max_recv_bytes
-        self._health = HealthReporter(
-            name=f"{name}/grpc",
-            services=[SIGNALS[s].service for s in sorted(intake.signals)],
-            is_ready=is_ready,
-            interval=health_interval,
-        )
-        self._server: Server | None = None
-        self._address: str | None = None
+    _server: Server | None = None
 
-    @property
-    def address(self) -> str | None:
-        """Where the server listens (the real port when configured with 0); None when it does not."""
-        return self._address
-
-    async def start(self) -> None:
-        """Bind and serve; a port that cannot be bound raises ConfigError."""
+    async def _listen(self) -> str:
         methods = {SIGNALS[s].grpc_method: Method(self._export_handler(s)) for s in sorted(self._intake.signals)}
         methods.update(self._health.methods())
-        server = Server(
+        self._server = Server(
             methods,
             max_receive_message_length=CORE_LIMIT_FACTOR * self._limit,
             ssl_context=self._tls.h2_ssl_context if self._tls else None,
             reuse_port=self._reuse_port,
         )
-        self._server = server
-        try:
-            self._address = await self._bind(server)
-            await self._health.start()
-        except BaseException:
-            await self.shutdown()
-            raise
-        log.info("%s: OTLP/gRPC listening on %s%s", self._name, self._address, " (TLS)" if self._tls else "")
+        return await self._bind(self._server)
 
-    async def shutdown(self) -> None:
-        """Report NOT_SERVING, refuse new calls, and give calls in flight the grace period."""
-        if self._server is None:
-            return
+    async def _stop(self, grace: float) -> None:
         server, self._server = self._server, None
-        await self._health.shutdown()
-        await server.shutdown(self._grace)
-        if self._address is not None:
-            log.info("%s: OTLP/gRPC on %s stopped", self._name, self._address)
-        self._address = None
+        if server is not None:
+            await server.shutdown(grace)
 
     async def _bind(self, server: Server) -> str:
         endpoint = self._settings.endpoint
