@@ -15,7 +15,7 @@ import socket
 from grpc_status import rpc_status
 
 from gputally.errors import ConfigError
-from gputally.h2 import GrpcError, Metadata, Method, Server
+from gputally.h2 import GrpcError, Metadata, Method, Server, parse_target
 from gputally.h2.server import UnaryHandler
 from gputally.otlp.signals import SIGNALS, Signal
 
@@ -53,8 +53,8 @@ class GRPCServer(GRPCListener):
     async def _bind(self, server: Server) -> str:
         endpoint = self._settings.endpoint
         if endpoint.startswith("unix:"):
-            path = endpoint.removeprefix("unix:")
-            path = path[2:] if path.startswith("//") else path
+            path = parse_target(endpoint).path  # the same unix: forms a client's target takes
+            assert path is not None  # the config requires a path after unix:
             try:
                 await server.listen_unix(path)
             except OSError as exc:

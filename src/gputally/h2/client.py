@@ -43,7 +43,7 @@ MAX_RESPONSE = 64 * 2**20
 """Largest response message read (gRPC's default would be 4 MiB; OTLP answers are tiny)."""
 _LAST_STREAM_ID = 2**31 - 1
 
-_RESET_CODES = {
+_RESET_CODES: dict[int, grpc.StatusCode] = {
     ErrorCode.REFUSED_STREAM: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.CANCEL: grpc.StatusCode.CANCELLED,
     ErrorCode.ENHANCE_YOUR_CALM: grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -104,6 +104,11 @@ class _Pending:
         self.headers: list[tuple[str, str]] | None = None
         self.body: list[bytes] = []
         self.size = 0
+
+    def fail(self, error: GrpcError) -> None:
+        """End the call with ``error`` (unless it has ended already)."""
+        if not self.future.done():
+            self.future.set_result((error, b"", None))
 
 
 class _ClientConnection(Connection):
@@ -170,9 +175,7 @@ class _ClientConnection(Connection):
         if call.size > MAX_RESPONSE + 5:  # never hold more than the largest answer we would read
             self._calls.pop(stream_id)
             self.reset(stream_id, ErrorCode.CANCEL)
-            if not call.future.done():
-                call.future.set_result((GrpcError(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                                  f"response larger than {MAX_RESPONSE} bytes"), b"", None))
+            call.fail(GrpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"response larger than {MAX_RESPONSE} bytes"))
             self._freed()
             return
         if end_stream:
@@ -190,20 +193,16 @@ class _ClientConnection(Connection):
 
     def _on_reset(self, stream_id: int, code: int) -> None:
         call = self._calls.pop(stream_id, None)
-        if call is not None and not call.future.done():
-            status = _RESET_CODES.get(ErrorCode(code) if code in ErrorCode._value2member_map_ else ErrorCode.INTERNAL_ERROR,
-                                      grpc.StatusCode.INTERNAL)
-            call.future.set_result((GrpcError(status, f"stream reset by the server (HTTP/2 error {code})"), b"", None))
+        if call is not None:
+            status = _RESET_CODES.get(code, grpc.StatusCode.INTERNAL)  # ErrorCode keys hash as their ints
+            call.fail(GrpcError(status, f"stream reset by the server (HTTP/2 error {code})"))
         self._freed()
 
     def _on_goaway(self, last_stream_id: int, code: int, debug: bytes) -> None:
         self.draining = True
         for stream_id in [s for s in self._calls if s > last_stream_id]:
-            call = self._calls.pop(stream_id)
+            self._calls.pop(stream_id).fail(GrpcError(grpc.StatusCode.UNAVAILABLE, "the server went away before the call"))
             self._forget(stream_id)
-            if not call.future.done():
-                call.future.set_result((GrpcError(grpc.StatusCode.UNAVAILABLE, "the server went away before the call"),
-                                        b"", None))
         if code != ErrorCode.NO_ERROR:
             log.debug("GOAWAY from %s: %s %s", self._channel.description, code, debug[:200])
         self._freed()
@@ -213,8 +212,7 @@ class _ClientConnection(Connection):
     def _on_closed(self, exc: Exception | None) -> None:
         why = f"connection to {self._channel.description} lost" + (f": {exc}" if exc else "")
         for call in self._calls.values():
-            if not call.future.done():
-                call.future.set_result((GrpcError(grpc.StatusCode.UNAVAILABLE, why), b"", None))
+            call.fail(GrpcError(grpc.StatusCode.UNAVAILABLE, why))
         self._calls.clear()
         self._room.set()
 

@@ -314,8 +314,9 @@ class Connection(asyncio.Protocol):
         if stream is None:
             return  # a stream closed here since; its window no longer matters
         if not increment or stream.window + increment > MAX_WINDOW:
-            self.reset(stream_id, ErrorCode.PROTOCOL_ERROR if not increment else ErrorCode.FLOW_CONTROL_ERROR)
-            self._on_reset(stream_id, ErrorCode.FLOW_CONTROL_ERROR)
+            code = ErrorCode.PROTOCOL_ERROR if not increment else ErrorCode.FLOW_CONTROL_ERROR
+            self.reset(stream_id, code)
+            self._on_reset(stream_id, code)  # the stream's side hears the code the peer was sent
             return
         stream.window += increment
         if stream.pending:

@@ -46,6 +46,8 @@ PREFACE_TIMEOUT = 10.0
 
 _RESPONSE = hpack.encode([(":status", "200"), ("content-type", "application/grpc")])
 _OK = hpack.encode([("grpc-status", "0")])
+_OK_ONLY = hpack.encode([(":status", "200"), ("content-type", "application/grpc"), ("grpc-status", "0")])
+"""A trailers-only OK: a stream that ended without a message."""
 _ACCEPT = "identity,gzip"
 
 
@@ -230,11 +232,7 @@ class _ServerConnection(Connection):
 
         await call.method.handler(request, call.metadata, send)  # type: ignore[call-arg]
         if self._calls.pop(stream_id, None) is not None:
-            if started:
-                self.send(stream_id, None, None, _OK)
-            else:
-                self.send(stream_id, None, None, hpack.encode([(":status", "200"), ("content-type", "application/grpc"),
-                                                               ("grpc-status", "0")]))
+            self.send(stream_id, None, None, _OK if started else _OK_ONLY)
 
     def _answer_status(self, stream_id: int, code: grpc.StatusCode, details: str, trailers: Metadata = ()) -> None:
         """A trailers-only response: the status in the one header block."""
@@ -247,8 +245,7 @@ class _ServerConnection(Connection):
 
     def _local_end(self, stream_id: int) -> None:
         self._forget(stream_id)  # the answer is out; nothing more is sent or owed on this stream
-        if self._draining and not self._calls and not self._blocked:
-            self.close()
+        self._maybe_close()
 
     def _maybe_close(self) -> None:
         if self._draining and not self._calls and not self._blocked:
@@ -274,9 +271,6 @@ class Server:
         self._servers: list[asyncio.Server] = []
         self._connections: set[_ServerConnection] = set()
         self._closing = False
-
-    def add(self, path: str, method: Method) -> None:
-        self._methods[path] = method
 
     async def listen_tcp(self, host: str, port: int) -> int:
         """Bind every address of ``host`` (every interface when empty) on one port; the port.
