@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 # Go builds the test-only binaries (kube-apiserver, etcd); the machines carry it in /usr/local/go.
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: serve test typecheck venv harness bench clean
+.PHONY: serve test typecheck importcheck venv harness bench clean
 
 # Two stamps: `make serve` installs gputally and its runtime dependencies only; the test
 # extras (pytest, hypothesis, ruff) come with the first `make test`.
@@ -41,12 +41,17 @@ harness:
 
 test: venv harness
 	$(BIN)/ruff check --no-cache .
+	$(BIN)/python .ci/importcheck.py
 	$(BIN)/python .ci/typecheck.py
 	$(BIN)/python -m pytest
 
 # mypy on the package as installed (gputally.*); see .ci/typecheck.py for why not on the tree.
 typecheck: venv
 	$(BIN)/python .ci/typecheck.py
+
+# The three layers (pyproject's [tool.importlinter]): no component imports another.
+importcheck: venv
+	$(BIN)/python .ci/importcheck.py
 
 bench: venv
 	$(BIN)/python bench/pipeline_throughput.py

@@ -25,10 +25,10 @@ sys.path.insert(0, str(ROOT / "tests"))  # the Kubernetes harness (tests/harness
 
 
 def serve_main(config_path: str) -> int:
-    from gputally.config.model import load_config
+    from gputally.cli.serve import serve
+    from gputally.pipeline.config import load_config
     from gputally.pipeline.registry import Registry
     from gputally.processors.k8s import factory
-    from gputally.serve import serve
 
     found = Registry.discover()
     registry = Registry(receivers=found.receivers, processors={**found.processors, "k8s": factory},

@@ -29,10 +29,10 @@ from typing import Any
 
 import psutil
 
+from gputally.probes.core.otlp_shape import OtlpEncoder
 from gputally.probes.nvml.collector import NvmlCollector
 from gputally.probes.nvml.errors import NvmlUnavailable
 from gputally.probes.nvml.replay import ReplaySource, load_recording
-from gputally.probes.otlp_shape import OtlpEncoder
 
 DEFAULT_RECORDING = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nvml" / "h200-two-workloads.json"
 DURATION = "gputally.gpu.collection.duration"
@@ -173,7 +173,7 @@ async def main() -> int:
         await whole_probe(args.replay, args.process_seconds)
 
     if args.live:
-        from gputally.probes.hints import ProcFs
+        from gputally.probes.core.hints import ProcFs
         from gputally.probes.nvml.live import NvmlSource
 
         try:

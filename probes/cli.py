@@ -1,7 +1,7 @@
 """``gputally probe ...``: the dispatch to every vendor's probe command.
 
 The one core module that names the vendor subpackages; each adds its own subcommand
-(``nvml``, ``amd``, ``gaudi``) from the shared options of :mod:`~gputally.probes.command`.
+(``nvml``, ``amd``, ``gaudi``) from the shared options of :mod:`~gputally.probes.core.command`.
 Registering imports only argparse-level code, so ``gputally --help`` stays cheap.
 """
 

@@ -1,14 +1,4 @@
-"""The ``otlp`` receiver: OTLP metrics, logs and traces over gRPC and HTTP.
+"""Receivers: one folder each. ``otlp/`` takes OTLP over gRPC and HTTP from probes and Collectors.
 
-See ``README.md`` in this folder for the config keys.
+Each is registered as an entry point in the ``gputally.receivers`` group; none imports another.
 """
-
-from gputally.pipeline.factory import ReceiverFactory
-
-from .config import GRPCSettings, HTTPSettings, OTLPReceiverConfig, Protocols
-from .receiver import OTLPReceiver, create
-
-__all__ = ["GRPCSettings", "HTTPSettings", "OTLPReceiver", "OTLPReceiverConfig", "Protocols", "factory"]
-
-factory: ReceiverFactory[OTLPReceiverConfig] = ReceiverFactory(type_name="otlp", config=OTLPReceiverConfig, create=create)
-"""Registered under the ``gputally.receivers`` entry point ``otlp``."""

@@ -6,7 +6,6 @@ import logging
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-
 from harness.integration import mark_integration
 from harness.processes import free_port
 from support.otlp import OtlpSink

@@ -16,13 +16,12 @@ from typing import Any
 import aiohttp
 import grpc
 import yaml
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-
-from gputally.config.model import load_config
-from gputally.pipeline.service import Service
-
 from harness.processes import free_port
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from support.otlp import OtlpSink
+
+from gputally.pipeline.config import load_config
+from gputally.pipeline.service import Service
 
 METRICS_EXPORT = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
 GPUTALLY = str(Path(sys.executable).parent / "gputally")
@@ -47,11 +46,14 @@ def config_text(grpc_port: int, sink: OtlpSink, *, storage: Path | None = None, 
         "retry_on_failure": {"initial_interval": "50ms", "max_interval": "200ms", "max_elapsed_time": "0"},
         "sending_queue": {"queue_size": 100},
     }
+    extensions: dict[str, Any] = {}
     if storage:
-        exporter["sending_queue"]["storage"] = str(storage)
+        extensions["file_storage"] = {"directory": str(storage)}
+        exporter["sending_queue"]["storage"] = "file_storage"
     exporter.update(extra_exporter or {})
     return yaml.safe_dump(
         {
+            "extensions": extensions,
             "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{grpc_port}"}}}},
             "processors": {
                 "attributes/cluster": {
@@ -175,7 +177,7 @@ async def test_persistent_queue_survives_sigterm_and_restart(tmp_path: Path) -> 
 
 
 async def test_admin_endpoint_reports_metrics_and_readiness(otlp_sink: OtlpSink) -> None:
-    from gputally.admin import AdminServer
+    from gputally.cli.admin import AdminServer
 
     port = free_port()
     service = Service(load_config(config_text(port, otlp_sink)))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gputally.config.model import load_config
+from gputally.pipeline.config import load_config
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCKS = [b for b in re.findall(r"```yaml\n(.*?)```", README.read_text(), flags=re.S) if "service:" in b]
@@ -77,9 +77,9 @@ def test_make_serve_installs_without_the_test_extras() -> None:
 
 
 async def test_the_debug_output_sample_is_what_normal_prints() -> None:
-    from gputally.exporters.debug import render
+    from gputally.exporters.debug.exporter import render
     from gputally.otlp.batch import Batch, Signal
-    from gputally.probes.otlp_shape import OtlpEncoder
+    from gputally.probes.core.otlp_shape import OtlpEncoder
     from gputally.probes.nvml.replay import ReplaySource
     from tests.probes.nvml.helpers import collector, recording
 
@@ -96,7 +96,7 @@ async def test_the_debug_output_sample_is_what_normal_prints() -> None:
 def test_the_command_table_lists_every_command_and_probe() -> None:
     import argparse
 
-    from gputally.cli import build_parser
+    from gputally.cli.main import build_parser
 
     table = README.read_text().split("\n## Command line\n", 1)[1].split("\n\n", 1)[0]
     parser = build_parser()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from gputally.probes.command import add_probe_parser, probe_interval
-from gputally.probes.snapshot import SnapshotSource
+from gputally.probes.core.command import add_probe_parser, probe_interval
+from gputally.probes.snapshot.source import SnapshotSource
 
 __all__ = ["live_source", "register", "run"]
 
@@ -35,6 +35,6 @@ async def run(args: argparse.Namespace, interval: float) -> int:
     """The AMD probe from parsed options: live, or a replay, optionally recorded."""
     from gputally.probes.amd.mapping import map_amd
     from gputally.probes.amd.source import FORMAT
-    from gputally.probes.snapshot_command import run_snapshot_probe
+    from gputally.probes.snapshot.command import run_snapshot_probe
 
     return await run_snapshot_probe(args, interval, vendor="amd", fmt=FORMAT, mapper=map_amd, live=live_source)

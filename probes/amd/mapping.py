@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gputally.probes import catalog as m
 from gputally.probes.amd.source import CLOCKS, TEMPERATURES, UNSUPPORTED, failed
-from gputally.probes.model import Attributes, AttrValue, Kind, MetricDef, Point
-from gputally.probes.snapshot import DeviceReading, ProcessUse, number
+from gputally.probes.core import catalog as m
+from gputally.probes.core.model import Attributes, AttrValue, Kind, MetricDef, Point
+from gputally.probes.snapshot.source import DeviceReading, ProcessUse, number
 
 __all__ = ["ECC_BLOCK_ERRORS", "map_amd"]
 

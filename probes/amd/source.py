@@ -2,7 +2,7 @@
 
 * :func:`load_amdsmi` imports ``amdsmi`` lazily and turns every way that fails (no package,
   no ``libamd_smi.so``: amdsmi prints to stdout and raises KeyError) into one
-  :class:`~gputally.probes.snapshot.VendorUnavailable` line, stdout kept clean;
+  :class:`~gputally.probes.snapshot.source.VendorUnavailable` line, stdout kept clean;
 * :class:`AmdsmiSource` calls amdsmi once per device per cycle and returns the return values
   as they are (dicts with amdsmi's keys, amdsmi's units), errors as ``{"amdsmi_error": ...}``;
   this dict is also the recording format (``tests/fixtures/amd/README.md``), so everything
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from gputally.probes.amd.fdinfo import scan_fdinfo
-from gputally.probes.snapshot import VendorUnavailable
+from gputally.probes.snapshot.source import VendorUnavailable
 
 __all__ = ["CLOCKS", "FORMAT", "TEMPERATURES", "UNSUPPORTED", "AmdsmiSource", "failed", "load_amdsmi"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from gputally.probes.command import add_probe_parser, probe_interval
-from gputally.probes.snapshot import SnapshotSource
+from gputally.probes.core.command import add_probe_parser, probe_interval
+from gputally.probes.snapshot.source import SnapshotSource
 
 __all__ = ["live_source", "register", "run"]
 
@@ -39,6 +39,6 @@ async def run(args: argparse.Namespace, interval: float) -> int:
     """The Gaudi probe from parsed options: live, or a replay, optionally recorded."""
     from gputally.probes.gaudi.mapping import map_gaudi
     from gputally.probes.gaudi.source import FORMAT
-    from gputally.probes.snapshot_command import run_snapshot_probe
+    from gputally.probes.snapshot.command import run_snapshot_probe
 
     return await run_snapshot_probe(args, interval, vendor="gaudi", fmt=FORMAT, mapper=map_gaudi, live=live_source)

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gputally.probes import catalog as m
+from gputally.probes.core import catalog as m
+from gputally.probes.core.model import Attributes, AttrValue, MetricDef, Point
 from gputally.probes.gaudi import nic as gaudi_nic
 from gputally.probes.gaudi.parse import (
     Row,
@@ -27,8 +28,7 @@ from gputally.probes.gaudi.parse import (
     parse_processes,
     parse_rows,
 )
-from gputally.probes.model import Attributes, AttrValue, MetricDef, Point
-from gputally.probes.snapshot import DeviceReading, ProcessUse, VendorUnavailable
+from gputally.probes.snapshot.source import DeviceReading, ProcessUse, VendorUnavailable
 
 __all__ = ["map_gaudi"]
 

@@ -22,8 +22,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gputally.probes import catalog as m
-from gputally.probes.model import Attributes, MetricDef, Point
+from gputally.probes.core import catalog as m
+from gputally.probes.core.model import Attributes, MetricDef, Point
 
 __all__ = ["FILES", "LINK_PACKETS", "LINK_SPEED", "LINK_UP", "assign", "pci_address", "port_points", "read_netdevs"]
 

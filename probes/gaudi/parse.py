@@ -9,7 +9,7 @@ import io
 import re
 from collections.abc import Mapping
 
-from gputally.probes.snapshot import number
+from gputally.probes.snapshot.source import number
 
 __all__ = [
     "MEMORY_UNITS", "QUERY_FIELDS", "Row", "cell_bytes", "cell_hz", "cell_number", "cell_text",

@@ -22,7 +22,7 @@ from typing import Any
 
 from gputally.probes.gaudi import nic as gaudi_nic
 from gputally.probes.gaudi.parse import QUERY_FIELDS
-from gputally.probes.snapshot import VendorUnavailable
+from gputally.probes.snapshot.source import VendorUnavailable
 
 __all__ = ["FORMAT", "HlSmiSource"]
 

@@ -9,7 +9,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from gputally.probes.command import add_probe_parser, both, node_name_of, open_sources, probe_interval, run_collector
+from gputally.probes.core.command import (
+    add_probe_parser,
+    both,
+    node_name_of,
+    open_sources,
+    probe_interval,
+    run_collector,
+)
 
 __all__ = ["register"]
 
@@ -28,13 +35,13 @@ def _command(args: argparse.Namespace) -> int:
 
 async def run(args: argparse.Namespace, interval: float) -> int:
     """The NVIDIA probe from parsed options: live NVML or a replay, optionally recorded."""
-    from gputally.probes.hints import ProcFs
+    from gputally.probes.core.hints import ProcFs
+    from gputally.probes.core.procfacts import ProcessInfoSource
     from gputally.probes.nvml.collector import NvmlCollector
     from gputally.probes.nvml.live import NvmlSource
     from gputally.probes.nvml.record import RecordingSource
     from gputally.probes.nvml.replay import ReplaySource
     from gputally.probes.nvml.source import DeviceSource
-    from gputally.probes.procfacts import ProcessInfoSource
 
     opened: tuple[DeviceSource, ProcessInfoSource, str] | int = open_sources(
         args,

@@ -27,8 +27,9 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputally.probes.counters import CounterStarts
-from gputally.probes.model import Cycle
+from gputally.probes.core.counters import CounterStarts
+from gputally.probes.core.model import Cycle
+from gputally.probes.core.procfacts import ProcessInfoSource
 from gputally.probes.nvml.entities import EntityBuilder
 from gputally.probes.nvml.errors import NvmlCallFailed, NvmlUnavailable
 from gputally.probes.nvml.events import EventPump
@@ -36,7 +37,6 @@ from gputally.probes.nvml.gpm import METRIC_IDS, gpm_supported
 from gputally.probes.nvml.process_metrics import ProcessSampler, merge_processes
 from gputally.probes.nvml.readings import GpuReadings, ProcessReading
 from gputally.probes.nvml.source import FIELDS, READINGS, DeviceSource, DriverInfo, Gpu, Reading
-from gputally.probes.procfacts import ProcessInfoSource
 from gputally.util.once import Once
 
 __all__ = ["NvmlCollector"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gputally.probes import catalog as m
-from gputally.probes.model import Attributes, AttrValue, MetricDef, Point
+from gputally.probes.core import catalog as m
+from gputally.probes.core.model import Attributes, AttrValue, MetricDef, Point
 from gputally.probes.nvml.readings import GpuReadings
 
 __all__ = ["THROTTLE_REASONS", "device_points", "gpu_state"]

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gputally.probes import catalog as m
-from gputally.probes.model import AttrValue, Entity, LogEntry, Point, Severity
+from gputally.probes.core import catalog as m
+from gputally.probes.core.model import AttrValue, Entity, LogEntry, Point, Severity
+from gputally.probes.core.status import status_points
 from gputally.probes.nvml.device_metrics import device_points, gpu_state
 from gputally.probes.nvml.events import XidCounts, event_log
 from gputally.probes.nvml.gpm import IoTotals, gpm_points, link_rates
 from gputally.probes.nvml.process_metrics import process_entities
 from gputally.probes.nvml.readings import GpuReadings
 from gputally.probes.nvml.source import DriverInfo, GpuEvent
-from gputally.probes.status import status_points
 
 __all__ = ["EntityBuilder"]
 

@@ -13,7 +13,7 @@ import queue
 import threading
 from collections import Counter
 
-from gputally.probes.model import AttrValue, Entity, LogEntry, Severity
+from gputally.probes.core.model import AttrValue, Entity, LogEntry, Severity
 from gputally.probes.nvml.errors import NvmlCallFailed
 from gputally.probes.nvml.source import EventWatch, GpuEvent
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gputally.probes import catalog as m
-from gputally.probes.model import MetricDef, Point
+from gputally.probes.core import catalog as m
+from gputally.probes.core.model import MetricDef, Point
 
 __all__ = ["METRIC_IDS", "IoTotals", "gpm_points", "gpm_supported", "link_rates"]
 

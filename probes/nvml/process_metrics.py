@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gputally.probes import catalog as m
-from gputally.probes.hints import process_attributes
-from gputally.probes.model import AttrValue, Entity, Point
+from gputally.probes.core import catalog as m
+from gputally.probes.core.hints import process_attributes
+from gputally.probes.core.model import AttrValue, Entity, Point
 from gputally.probes.nvml.errors import NvmlCallFailed
 from gputally.probes.nvml.readings import GpuReadings, ProcessReading
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gputally.probes.core.procfacts import ProcFacts
 from gputally.probes.nvml.errors import NvmlCallFailed
 from gputally.probes.nvml.source import Gpu
-from gputally.probes.procfacts import ProcFacts
 
 __all__ = ["GpuReadings", "ProcessReading", "field_number"]
 

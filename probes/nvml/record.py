@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gputally.probes.core.procfacts import ProcessInfoSource, ProcFacts, record_of
 from gputally.probes.nvml.errors import NvmlCallFailed
 from gputally.probes.nvml.source import (
     DeviceSource,
@@ -31,7 +32,6 @@ from gputally.probes.nvml.source import (
     GpuEvent,
     Reading,
 )
-from gputally.probes.procfacts import ProcessInfoSource, ProcFacts, record_of
 
 __all__ = ["RecordingSource"]
 

@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gputally.probes.core.procfacts import ProcFacts, facts_from_record
 from gputally.probes.nvml.errors import NvmlCallFailed, NvmlUnavailable, error_code
 from gputally.probes.nvml.recording_check import read_recording
 from gputally.probes.nvml.source import DriverInfo, Gpu, GpuEvent, MigPlacement, Reading
-from gputally.probes.procfacts import ProcFacts, facts_from_record
 
 __all__ = ["ReplaySource", "load_recording"]
 
@@ -116,7 +116,7 @@ class _EventWatch:
 
 class ReplaySource:
     """A :class:`~gputally.probes.nvml.source.DeviceSource` and
-    :class:`~gputally.probes.procfacts.ProcessInfoSource` over one recording."""
+    :class:`~gputally.probes.core.procfacts.ProcessInfoSource` over one recording."""
 
     def __init__(self, recording: Mapping[str, Any], *, latency: bool = False, copies: int = 1) -> None:
         """``copies`` > 1 presents the first GPU that many times (distinct UUIDs and bus ids),

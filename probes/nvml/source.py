@@ -9,7 +9,7 @@ share one shape, and everything above this module runs the same code whichever s
 it. Failures come out as :class:`~gputally.probes.nvml.errors.NvmlCallFailed` /
 :class:`~gputally.probes.nvml.errors.NvmlUnavailable` only.
 
-The /proc boundary (:class:`~gputally.probes.procfacts.ProcessInfoSource`) is every vendor's
+The /proc boundary (:class:`~gputally.probes.core.procfacts.ProcessInfoSource`) is every vendor's
 and lives in the core.
 """
 

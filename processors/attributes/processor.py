@@ -41,8 +41,8 @@ from gputally.otlp.batch import Batch
 from gputally.otlp.signals import SIGNALS, Signal
 from gputally.otlp.splice import append_to_records, split
 from gputally.otlp.templates import Templates
-from gputally.pipeline.component import ComponentContext, Processor
 from gputally.otlp.wire import encode_varint
+from gputally.pipeline.component import ComponentContext, Processor
 
 from .config import ActionConfig, AttributesConfig, AttributeValue
 

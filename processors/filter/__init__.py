@@ -1,8 +1,5 @@
 """``filter``: drop metrics, log records or spans by name or attribute (the Collector's legacy filter)."""
 
-from gputally.otlp.batch import Signal
-from gputally.pipeline.factory import ProcessorFactory
-
 from .config import (
     AttributeMatch,
     FilterConfig,
@@ -13,7 +10,8 @@ from .config import (
     SpanFilter,
     SpanMatch,
 )
-from .processor import FilterProcessor, create
+from .factory import factory
+from .processor import FilterProcessor
 
 __all__ = [
     "AttributeMatch",
@@ -27,9 +25,3 @@ __all__ = [
     "SpanMatch",
     "factory",
 ]
-
-factory: ProcessorFactory[FilterConfig] = ProcessorFactory(
-    type_name="filter", config=FilterConfig, create=create, signals=frozenset(Signal),
-    mutates_data=True,  # removes items in place
-)
-"""Registered under the ``gputally.processors`` entry point ``filter``."""

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from . import semconv
-from .devices import Holder
+from gputally.kubelet import semconv
+from gputally.kubelet.devices import Holder
+
 from .model import PodInfo
 from .nodes import NodeInfo
 from .owners import Workload

@@ -14,33 +14,22 @@ Two deployment shapes (``mode``):
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
 
 from gputally.config.types import Duration, Strict
+from gputally.kubelet import DEFAULT_RESOURCE_NAMES, DEFAULT_SOCKET
 
 __all__ = [
-    "DEFAULT_RESOURCE_NAMES",
-    "DEFAULT_SOCKET",
     "ExtractConfig",
     "K8sConfig",
     "PodResourcesConfig",
     "WatchConfig",
 ]
 
-DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
-DEFAULT_RESOURCE_NAMES = (
-    "nvidia.com/gpu",
-    "nvidia.com/gpu.shared",
-    "nvidia.com/mig-*",
-    "amd.com/gpu",
-    "habana.ai/gaudi*",
-    "gpu.intel.com/*",
-    "gpu.nvidia.com",
-)
-"""Device-plugin resource names (and DRA driver names) whose devices are GPUs."""
 
 
 class PodResourcesConfig(Strict):
@@ -102,7 +91,7 @@ class K8sConfig(Strict):
     """``node``: pods of one node, PodResources and /proc; ``gateway``: pods of the whole cluster."""
     node_name: str | None = None
     """This node's name (node mode). Default: the environment variable ``K8S_NODE_NAME``,
-    set from the downward API (``spec.nodeName``)."""
+    set from the downward API (``spec.nodeName``); see :meth:`node_name_in`."""
     kubeconfig: Path | None = None
     """A kubeconfig file. Default: the in-cluster service account when running in a pod,
     else ``$KUBECONFIG`` or ``~/.kube/config``."""
@@ -129,3 +118,12 @@ class K8sConfig(Strict):
     def pod_resources_enabled(self) -> bool:
         enabled = self.pod_resources.enabled
         return self.mode == "node" if enabled is None else enabled
+
+    def node_name_in(self, environ: Mapping[str, str]) -> str | None:
+        """``node_name``, else ``K8S_NODE_NAME`` from ``environ``; ValueError in node mode
+        without either (gateway mode needs none)."""
+        name = self.node_name or environ.get("K8S_NODE_NAME") or None
+        if self.mode == "node" and not name:
+            raise ValueError("node mode needs this node's name: set node_name, or K8S_NODE_NAME "
+                             "from the downward API (fieldRef spec.nodeName)")
+        return name

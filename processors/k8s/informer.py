@@ -26,8 +26,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gputally.kubelet.health import Problems
+
 from .backoff import Backoff
-from .health import Problems
 from .kubeapi import KubeApi, KubeApiError, in_thread, shutdown_response
 from .model import KeyFilter, PodInfo, pod_from_json
 from .store import PodStore

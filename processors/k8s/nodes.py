@@ -17,8 +17,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import semconv
-from .health import Problems
+from gputally.kubelet import semconv
+from gputally.kubelet.health import Problems
+
 from .kubeapi import KubeApiError
 
 __all__ = ["NodeCache", "NodeInfo", "node_from_json"]

@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .health import Problems
+from gputally.kubelet.health import Problems
+
 from .kubeapi import KubeApiError
 from .model import OwnerRef, controller_of
 

@@ -30,16 +30,16 @@ from typing import Any
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from prometheus_client import CollectorRegistry
 
+from gputally.cgroup.parse import CgroupInfo, parse_cgroup
 from gputally.errors import ConfigError
+from gputally.kubelet import semconv
+from gputally.kubelet.devices import Holder, device_key, resource_keys
 from gputally.otlp.batch import Batch, Signal
 from gputally.otlp.splice import split
 from gputally.pipeline.component import ComponentContext, RuntimeProcessor
-from gputally.processors.cgroup import CgroupInfo, parse_cgroup
 
-from . import semconv
 from .attributes import Encoded
 from .config import K8sConfig
-from .devices import Holder, device_key, resource_keys
 from .metrics import K8sCollector
 from .procfs import PENDING
 from .runtime import K8sRuntime
@@ -326,22 +326,15 @@ class _Share:
 
 
 
-def _node_name(config: K8sConfig, environ: Mapping[str, str], component: str) -> str | None:
-    name = config.node_name or environ.get("K8S_NODE_NAME") or None
-    if config.mode == "node" and not name:
-        raise ConfigError(
-            f"{component}: node_name: node mode needs this node's name: set node_name, or K8S_NODE_NAME "
-            "from the downward API (fieldRef spec.nodeName)"
-        )
-    return name
-
-
 def create(
     config: K8sConfig, context: ComponentContext, signal: Signal, *, environ: Mapping[str, str] | None = None
 ) -> K8sProcessor:
     """Factory hook: one processor per pipeline, one runtime per processor ID and service."""
     environ = os.environ if environ is None else environ
-    node_name = _node_name(config, environ, context.id)
+    try:
+        node_name = config.node_name_in(environ)
+    except ValueError as exc:
+        raise ConfigError(f"{context.id}: node_name: {exc}") from None
     if config.kubeconfig is not None and not config.kubeconfig.is_file():
         raise ConfigError(f"{context.id}: kubeconfig: {config.kubeconfig} is not a file")
     if config.proc_root is not None and not config.proc_root.is_dir():

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from gputally.processors.cgroup import CgroupInfo, parse_cgroup
-
-from .health import Problems
+from gputally.cgroup.parse import CgroupInfo, parse_cgroup
+from gputally.kubelet.health import Problems
 
 __all__ = ["PENDING", "ProcCgroups", "read_process"]
 

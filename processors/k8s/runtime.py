@@ -13,19 +13,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gputally.kubelet.devices import ResourceMatcher
+from gputally.kubelet.health import Problems
+from gputally.kubelet.podresources import PodResourcesClient
 from gputally.util.tasks import supervised
 
 from .attributes import AttributeBuilder
 from .backoff import Backoff
 from .config import K8sConfig
-from .devices import ResourceMatcher
-from .health import Problems
 from .informer import PodReflector
 from .kubeapi import KubeApi, KubeApiError, in_thread
 from .model import KeyFilter, PodInfo
 from .nodes import NodeCache
 from .owners import OwnerResolver
-from .podresources import PodResourcesClient
 from .procfs import ProcCgroups
 from .store import PodStore
 

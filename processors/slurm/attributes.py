@@ -29,8 +29,8 @@ from collections.abc import Collection
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from .model import JobInfo
 from .local import Found
+from .model import JobInfo
 
 __all__ = ["ATTRIBUTES", "JOB_ID", "SOURCE", "resource_blob"]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gputally.processors.cgroup import parse_cgroup
+from gputally.cgroup.parse import parse_cgroup
 
 from .environ import read_slurm_environ
 

@@ -4,7 +4,7 @@
 Per resource, once per batch (never per data point):
 
 * A process (``process.pid``): the job from its ``process.linux.cgroup`` hint (the shared
-  :func:`~gputally.processors.cgroup.parse_cgroup`); when that says nothing and the resource
+  :func:`~gputally.cgroup.parse.parse_cgroup`); when that says nothing and the resource
   comes from this node, from this node's /proc (cgroup, then ``SLURM_JOB_ID`` in its
   environment), read in the background.
 * A GPU (``hw.id`` without ``process.pid`` or ``hw.parent``): the job holding its GRES index
@@ -35,12 +35,12 @@ from typing import Any
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from prometheus_client import CollectorRegistry, Counter
 
+from gputally.cgroup.parse import CgroupInfo, parse_cgroup
 from gputally.errors import ConfigError
 from gputally.otlp.batch import Batch
 from gputally.otlp.signals import Signal
 from gputally.otlp.splice import split
 from gputally.pipeline.component import ComponentContext, RuntimeProcessor
-from gputally.processors.cgroup import CgroupInfo, parse_cgroup
 from gputally.util.tasks import supervised
 
 from .attributes import JOB_ID, resource_blob
@@ -48,8 +48,8 @@ from .backends import Backend, make_backend
 from .config import SlurmConfig
 from .gres import GpuMap, GresConf, nvidia_minors
 from .jobs import JobCache
-from .model import JobInfo
 from .local import Found, LocalProcesses
+from .model import JobInfo
 
 __all__ = ["SlurmProcessor", "SlurmRuntime", "create"]
 

@@ -7,10 +7,10 @@ defaults below and prices nothing (cost 0) until ``prices`` says otherwise.
 from __future__ import annotations
 
 import fnmatch
-from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
+from gputally.storage import StorageRef
 from gputally.config.types import Duration, Strict
 
 __all__ = ["DEFAULT_OWNERS", "OwnerRule", "PriceRule", "SummaryConfig", "UsageConfig"]
@@ -113,9 +113,10 @@ class UsageConfig(Strict):
     """Added to the cost per kWh the owner's share of the GPU used."""
     currency: str = Field("USD", min_length=1)
     """Written as ``gputally.usage.currency`` on every cost counter."""
-    storage: Path | None = None
-    """A directory where the counters are kept across restarts (they continue with their
-    original start time). Without it a restart starts them anew, with a new start time."""
+    storage: StorageRef | None = None
+    """A ``file_storage`` extension in whose directory the counters are kept across restarts
+    (``usage-<processor id>.json``; they continue with their original start time). Without it
+    a restart starts them anew, with a new start time."""
     instance_id: str | None = Field(None, min_length=1)
     """Written as ``service.instance.id`` (with ``service.name`` ``gputally``) on every counter,
     so the counters of several replicas (scale-out) are separate series that add up. Default:
@@ -129,6 +130,12 @@ class UsageConfig(Strict):
     a request's size per node shape: 32 MiB holds about 600 eight-GPU nodes). Requests past it
     are read the general way, at about three times the CPU; 0 reads every request that way."""
     summary: SummaryConfig = SummaryConfig()
+
+    @property
+    def flush_interval(self) -> float:
+        """How often queued samples are integrated: every ``settle`` (every second when samples
+        count at once, ``settle: 0``), at least every ``emit_interval``, at most 5 times a second."""
+        return max(0.2, min(self.emit_interval, self.settle or 1.0))
 
     @model_validator(mode="after")
     def _distinct_kinds(self) -> UsageConfig:

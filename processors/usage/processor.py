@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from pathlib import Path
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 
@@ -50,6 +51,7 @@ class UsageRuntime:
         config: UsageConfig,
         *,
         name: str,
+        storage: Path | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         wall_ns: Callable[[], int] = time.time_ns,
     ) -> None:
@@ -59,7 +61,8 @@ class UsageRuntime:
         self.wall_ns = wall_ns
         self._ledger = Ledger(config, start_ns=wall_ns(), instance=config.instance_id or socket.gethostname())
         self.observer = Observer(OwnerRules(config.owners), layout_budget=config.layout_cache_mib << 20)
-        self.file = LedgerFile(config.storage, name) if config.storage is not None else None
+        self.file = LedgerFile(storage, name) if storage is not None else None
+        """The counters on disk: ``storage`` is the directory of the extension ``config.storage`` names."""
         self.events: list[Event] = []
         self.event_counts: Counter[str] = Counter()
         self.events_dropped = 0
@@ -179,7 +182,7 @@ class UsageProcessor(RuntimeProcessor[UsageRuntime]):
     def __init__(self, runtime: UsageRuntime, *, signal: Signal) -> None:
         super().__init__(runtime)
         self.signal = signal
-        self.flush_interval = max(0.2, min(runtime.config.emit_interval, runtime.config.settle or 1.0))
+        self.flush_interval = runtime.config.flush_interval
 
     async def start(self) -> None:
         started = self._started
@@ -267,7 +270,8 @@ def create(config: UsageConfig, context: ComponentContext, signal: Signal) -> Us
     if signal is Signal.TRACES:
         raise ValueError("the usage processor goes in metrics pipelines (and logs pipelines, for its events)")
     share = context.shared.get(__name__, "", lambda: _Share(context.telemetry.registry))
-    runtime = context.shared.get(__name__, context.id, lambda: UsageRuntime(config, name=context.id),
+    runtime = context.shared.get(__name__, context.id, lambda: UsageRuntime(
+        config, name=context.id, storage=None if config.storage is None else context.storage_directory(config.storage)),
                                  reuse=lambda held: held.config == config)
     share.runtimes[context.id] = runtime
     if signal is Signal.LOGS:

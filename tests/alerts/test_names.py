@@ -19,15 +19,15 @@ from typing import Any
 
 import pytest
 import yaml
+from harness.processes import free_port
+from harness.prometheus import otlp
+from harness.prometheus.server import Binaries, Prometheus, default_config
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gputally.otlp.batch import Signal
 from gputally.processors.k8s.metrics import K8sCollector
 from gputally.processors.slurm.processor import _metrics as slurm_metrics
 from gputally.telemetry import SelfTelemetry
-from harness.processes import free_port
-from harness.prometheus import otlp
-from harness.prometheus.server import Binaries, Prometheus, default_config
 
 RULES = Path(__file__).resolve().parents[2] / "collector-config" / "alerts" / "gputally.rules.yaml"
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gputally.cli import main
+from gputally.cli.main import main
 
 TESTDATA = Path(__file__).parent / "testdata"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from gputally import __version__
-from gputally.cli import main
+from gputally.cli.main import main
+from gputally.cli.serve import load
 from gputally.config.sources import ConfigSources
-from gputally.serve import load
 
 TESTDATA = Path(__file__).parent / "testdata"
 BASE, OVERLAY = str(TESTDATA / "base.yaml"), str(TESTDATA / "overlay.yaml")
@@ -71,7 +71,7 @@ def test_unknown_types_of_every_kind_list_the_known_ones(capsys: pytest.CaptureF
     assert "receivers.otlpp: unknown receiver type 'otlpp' (did you mean otlp? known: otlp)" in err
     assert "exporters.debugg: unknown exporter type 'debugg' (did you mean debug? known: debug, otlp, otlphttp)" in err
     assert ("extensions.bearertoken: unknown extension type 'bearertoken' (did you mean bearertokenauth? "
-            "known: bearertokenauth)") in err
+            "known: bearertokenauth, file_storage)") in err
 
 
 def test_validate_skip_env_checks_a_config_needing_secrets(
@@ -104,7 +104,7 @@ def test_version_flag_bare_command_and_components(capsys: pytest.CaptureFixture[
 
 
 def test_serve_help_lists_the_endpoint_variables() -> None:
-    result = subprocess.run([sys.executable, "-m", "gputally.cli", "serve", "--help"], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "gputally.cli.main", "serve", "--help"], capture_output=True, text=True,
                             check=True)
     for name in ("GPUTALLY_GRPC_ENDPOINT", "GPUTALLY_HTTP_ENDPOINT", "GPUTALLY_ADMIN_ENDPOINT"):
         assert name in result.stdout

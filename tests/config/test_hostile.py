@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gputally.cli import main
+from gputally.cli.main import main
 
 GPUTALLY = str(Path(sys.executable).with_name("gputally"))
 

@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from gputally.config.model import load_config
+from gputally.cli.serve import default_config_text
 from gputally.errors import ConfigError
 from gputally.otlp.batch import Signal
+from gputally.pipeline.config import load_config, validate
 from gputally.pipeline.registry import Registry
-from gputally.serve import default_config_text
 
 TESTDATA = Path(__file__).parent / "testdata"
 
@@ -111,3 +111,25 @@ def test_storage_beside_an_in_memory_queue_is_a_warning(registry: Registry) -> N
 def test_the_shipped_configs_carry_no_durability_warning(registry: Registry) -> None:
     assert load_config(default_config_text(), registry=registry, environ={}).warnings == ()
     assert load_config(TESTDATA / "full.yaml", registry=registry, environ={"GPUTALLY_TEST_TOKEN": "x"}).warnings == ()
+
+
+def test_storage_names_a_file_storage_extension(registry: Registry) -> None:
+    """``storage`` keys name a file_storage extension; a path (the old spelling) is refused with
+    the line that says the new one, and a name that is no file_storage extension is a fault."""
+    document = {
+        "extensions": {"file_storage/usage": {"directory": "/var/lib/gputally/usage"}, "bearertokenauth": {"token": "t"}},
+        "receivers": {"otlp": {"protocols": {"grpc": None}}},
+        "processors": {"usage": {"storage": "file_storage/usage"}},
+        "exporters": {"otlp": {"sending_queue": {"storage": "file_storage/usage"}}},
+        "service": {"pipelines": {"metrics": {"receivers": ["otlp"], "processors": ["usage"], "exporters": ["otlp"]}}},
+    }
+    config = validate(document, registry)
+    assert config.processors["usage"].config.storage == "file_storage/usage"
+    with pytest.raises(ConfigError) as caught:
+        validate({**document, "processors": {"usage": {"storage": "/var/lib/gputally/usage"}},
+                  "exporters": {"otlp": {"sending_queue": {"storage": "bearertokenauth"}}}}, registry)
+    problems = "\n".join(caught.value.problems)
+    assert ("processors.usage.storage: Value error, '/var/lib/gputally/usage' is a path, but storage now names a "
+            "file_storage extension: define 'extensions: {file_storage: {directory: /var/lib/gputally/usage}}'") in problems
+    assert ("exporters.otlp.sending_queue.storage: 'bearertokenauth' is not a file_storage extension defined "
+            "under extensions") in problems

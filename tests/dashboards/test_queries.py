@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-
 from harness.kube.cluster import KubeCluster
 from harness.prometheus import otlp
 from harness.prometheus.server import Binaries, Prometheus
 from harness.slurm.cluster import SlurmCluster
+
 from tests.dashboards import grafana
 from tests.usage.scenario import Placed, fed_prometheus
 from tests.usage.series import readings

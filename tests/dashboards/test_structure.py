@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 import yaml
-
 from harness.kube.cluster import create_namespace
 from harness.processes import free_port
+
 from tests.dashboards import grafana
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gputally.kubelet.devices import DeviceMap, Holder, device_key
 from gputally.otlp.batch import Batch, Signal
 from gputally.pipeline.component import ComponentContext
 from gputally.processors.dcgm import factory as dcgm_factory
 from gputally.processors.k8s import K8sConfig
-from gputally.processors.k8s.devices import DeviceMap, Holder, device_key
 from gputally.processors.k8s.model import KeyFilter, pod_from_json
 from gputally.processors.k8s.processor import K8sProcessor
 from gputally.processors.k8s.processor import create as create_k8s

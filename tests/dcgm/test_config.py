@@ -8,8 +8,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from gputally.config.model import load_config
 from gputally.errors import ConfigError
+from gputally.pipeline.config import load_config
 from gputally.pipeline.registry import Registry
 from gputally.processors.dcgm import DcgmConfig, LabelsConfig, factory
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import gputally.processors.dcgm as dcgm
 from gputally.pipeline.factory import ProcessorFactory
 
-
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 

@@ -16,17 +16,17 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp import web
+from harness.otelcol.collector import Otelcol
+from harness.processes import free_port
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from support.otlp import OtlpSink
 
-from gputally.config.model import load_config
 from gputally.otlp.batch import Batch, Signal
 from gputally.pipeline.component import ComponentContext
+from gputally.pipeline.config import load_config
 from gputally.pipeline.service import Service
 from gputally.processors.dcgm import factory
 from gputally.telemetry import SelfTelemetry
-from harness.otelcol.collector import Otelcol
-from harness.processes import free_port
-from support.otlp import OtlpSink
 
 from .scrape import GPU0_UUID, GPU1_UUID, TWO_GPUS, attrs, exposition, normalized, request
 

@@ -14,10 +14,10 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as m
 
 from gputally.otlp.batch import Batch, Signal
+from gputally.pipeline.component import ComponentContext
 from gputally.processors.dcgm import DcgmProcessor, factory
 from gputally.processors.dcgm.regroup import CONSTANTS, ROLE_KEYS
 from gputally.telemetry import SelfTelemetry
-from gputally.pipeline.component import ComponentContext
 
 from .scrape import (
     FAMILIES,

@@ -12,7 +12,7 @@ import contextlib
 import io
 from collections.abc import Sequence
 
-from gputally.cli import build_parser
+from gputally.cli.main import build_parser
 
 __all__ = ["ArgvError", "parse_gputally_argv"]
 

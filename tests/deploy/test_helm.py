@@ -26,7 +26,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from harness.helm.tool import Helm
 
 from .cli_argv import parse_gputally_argv

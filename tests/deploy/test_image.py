@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from harness.image.buildah import Container, HarnessError, Image, build
 from harness.processes import free_port
 

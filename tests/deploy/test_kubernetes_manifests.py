@@ -601,7 +601,8 @@ def test_scale_out_statefulset_and_headless_service() -> None:
     default_host = resolver["hostname"].split(":-", 1)[1].rstrip("}")
     assert default_host == f"{service['metadata']['name']}.{NAMESPACE}.svc.cluster.local"
     assert [p["port"] for p in service["spec"]["ports"]] == [int(resolver["port"])]
-    storage = Path(shape_config("scale-out")["processors"]["usage"]["storage"])
+    config = shape_config("scale-out")
+    storage = Path(config["extensions"][config["processors"]["usage"]["storage"]]["directory"])
     (claim,) = statefulset["spec"]["volumeClaimTemplates"]
     (mount,) = [m for m in container["volumeMounts"] if m["name"] == claim["metadata"]["name"]]
     assert storage.is_relative_to(mount["mountPath"]) and not mount.get("readOnly")

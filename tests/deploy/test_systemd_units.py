@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gputally.config.model import load_config
+from gputally.pipeline.config import load_config
 
 from .cli_argv import ArgvError, parse_gputally_argv
 
@@ -182,7 +182,8 @@ def test_the_readme_config_is_one_gputally_accepts() -> None:
     config = load_config(blocks[0])
     assert config.service.pipelines
     assert "endpoint: 127.0.0.1:4317" in blocks[0]
-    assert "storage: /var/lib/gputally/queue" in blocks[0]
+    assert config.extensions["file_storage"].directory == Path("/var/lib/gputally/queue")
+    assert config.exporters["otlp"].config.sending_queue.storage == "file_storage"
 
 
 def runnable_copies(directory: Path) -> list[str]:

@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -22,22 +23,22 @@ import grpc.aio
 import pytest
 import trustme
 from aiohttp import web
-from multidict import CIMultiDict
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
+from harness.processes import free_port as harness_free_port
+from multidict import CIMultiDict
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from gputally.config.types import QueueSettings, RetrySettings
-from gputally.exporters.sender import QueuedExporter
-from gputally.exporters.transport import Receipt
+from gputally.exporterhelper.sender import QueuedExporter
+from gputally.exporterhelper.settings import QueueSettings, RetrySettings
+from gputally.exporterhelper.transport import Receipt
 from gputally.otlp.batch import Batch, Signal
 from gputally.otlp.signals import SIGNALS
 from gputally.pipeline.component import ComponentContext, Exporter
 from gputally.telemetry import SelfTelemetry
-from harness.processes import free_port as harness_free_port
 
 
 @dataclass
@@ -285,12 +286,13 @@ def transport() -> FakeTransport:
 @pytest.fixture
 def make_exporter(transport: FakeTransport, telemetry: SelfTelemetry, cleanup: list[Exporter]
                   ) -> Callable[..., QueuedExporter]:
-    """make_exporter(retry=..., queue=..., max_request_batches=...): a QueuedExporter "otlp/test"
-    over ``transport`` (10 ms retries unless ``retry`` says otherwise)."""
+    """make_exporter(retry=..., queue=..., storage=..., max_request_batches=...): a QueuedExporter
+    "otlp/test" over ``transport`` (10 ms retries unless ``retry`` says otherwise); ``storage`` is
+    the directory of the file_storage extension ``queue.storage`` names."""
 
     def make(
         *, retry: RetrySettings | None = None, queue: QueueSettings | None = None, shutdown_timeout: float = 2.0,
-        **limits: int,
+        storage: Path | None = None, **limits: int,
     ) -> QueuedExporter:
         exporter = QueuedExporter(
             exporter_id="otlp/test",
@@ -300,6 +302,7 @@ def make_exporter(transport: FakeTransport, telemetry: SelfTelemetry, cleanup: l
             queue=queue or QueueSettings(num_consumers=2, queue_size=10),
             metrics=telemetry.for_exporter("otlp/test"),
             shutdown_timeout=shutdown_timeout,
+            storage=storage,
             **limits,
         )
         cleanup.append(exporter)

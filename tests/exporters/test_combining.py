@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gputally.config.types import QueueSettings, RetrySettings
 from gputally.errors import PermanentExportError, TransientExportError
-from gputally.exporters.transport import Receipt
+from gputally.exporterhelper.settings import QueueSettings, RetrySettings
+from gputally.exporterhelper.transport import Receipt
 from gputally.otlp.batch import Batch, Signal
 
 M, L = Signal.METRICS, Signal.LOGS
@@ -224,9 +224,9 @@ def stored(directory: Path) -> list[str]:
 async def test_files_are_deleted_only_after_their_request_is_delivered(
     make_exporter, transport, make_batch, counted, eventually, tmp_path: Path
 ) -> None:
-    queue = QueueSettings(num_consumers=1, queue_size=100, storage=tmp_path)
+    queue = QueueSettings(num_consumers=1, queue_size=100, storage="file_storage")
     directory = tmp_path / "otlp%2Ftest"
-    exporter = make_exporter(queue=queue)
+    exporter = make_exporter(queue=queue, storage=tmp_path)
     await exporter.start()
     batches = [make_batch(items=2, tag=str(n)) for n in range(3)]
     await held_then_queued(exporter, transport, eventually, batches)
@@ -247,10 +247,10 @@ async def test_files_are_deleted_only_after_their_request_is_delivered(
 async def test_files_left_by_a_previous_run_go_out_together_and_are_kept_until_sent(
     make_exporter, transport, make_batch, counted, eventually, tmp_path: Path
 ) -> None:
-    queue = QueueSettings(num_consumers=2, queue_size=100, storage=tmp_path)
+    queue = QueueSettings(num_consumers=2, queue_size=100, storage="file_storage")
     directory = tmp_path / "otlp%2Ftest"
     transport.always = TransientExportError("UNAVAILABLE")
-    first = make_exporter(queue=queue, retry=SLOW_RETRY, shutdown_timeout=0.5)
+    first = make_exporter(queue=queue, storage=tmp_path, retry=SLOW_RETRY, shutdown_timeout=0.5)
     await first.start()
     batches = [make_batch(items=2, tag=str(n)) for n in range(5)]
     for batch in batches:
@@ -262,7 +262,7 @@ async def test_files_left_by_a_previous_run_go_out_together_and_are_kept_until_s
 
     transport.always = None
     transport.sent.clear()
-    second = make_exporter(queue=queue)
+    second = make_exporter(queue=queue, storage=tmp_path)
     await second.start()
     await eventually(lambda: counted("sent", "otlp/test", M) == 10)
     await eventually(lambda: stored(directory) == [])
@@ -273,10 +273,10 @@ async def test_files_left_by_a_previous_run_go_out_together_and_are_kept_until_s
 
 async def test_an_unreadable_file_is_dropped_alone(make_exporter, transport, make_batch, counted, eventually,
                                                    tmp_path: Path) -> None:
-    queue = QueueSettings(num_consumers=1, queue_size=100, storage=tmp_path)
+    queue = QueueSettings(num_consumers=1, queue_size=100, storage="file_storage")
     directory = tmp_path / "otlp%2Ftest"
     transport.always = TransientExportError("UNAVAILABLE")
-    first = make_exporter(queue=queue, retry=SLOW_RETRY, shutdown_timeout=0.5)
+    first = make_exporter(queue=queue, storage=tmp_path, retry=SLOW_RETRY, shutdown_timeout=0.5)
     await first.start()
     await first.export(make_batch(items=9, tag="head"))
     await eventually(lambda: transport.attempts >= 1)  # taken alone; the next three queue behind it
@@ -291,7 +291,7 @@ async def test_an_unreadable_file_is_dropped_alone(make_exporter, transport, mak
 
     transport.always = None
     transport.sent.clear()
-    second = make_exporter(queue=queue)
+    second = make_exporter(queue=queue, storage=tmp_path)
     await second.start()
     await eventually(lambda: counted("sent", "otlp/test", M) == 9 + 1 + 3)
     assert counted("send_failed", "otlp/test", M) == 2

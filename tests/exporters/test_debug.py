@@ -12,9 +12,9 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 from gputally.errors import Refused
-from gputally.exporters.config import DebugConfig
-from gputally.exporters.debug import create_exporter, render
-from gputally.exporters.debug_render import render_chunks
+from gputally.exporters.debug.config import DebugConfig
+from gputally.exporters.debug.exporter import create_exporter, render
+from gputally.exporters.debug.render import render_chunks
 from gputally.otlp.batch import Batch, Signal
 
 M, L, T = Signal.METRICS, Signal.LOGS, Signal.TRACES

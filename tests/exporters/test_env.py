@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from gputally.exporters.config import OTLPGrpcConfig, OTLPHttpConfig
-from gputally.exporters.env import parse_headers, resolve_grpc, resolve_http
+from gputally.exporterhelper.otlpconfig import parse_headers
+from gputally.exporters.otlp.config import OTLPGrpcConfig
+from gputally.exporters.otlphttp.config import OTLPHttpConfig
 from gputally.otlp.batch import Signal
 
 M, L, T = Signal.METRICS, Signal.LOGS, Signal.TRACES
@@ -38,7 +39,7 @@ P = "OTEL_EXPORTER_OTLP_"
     ],
 )
 def test_http_endpoint(section: dict[str, Any], environ: dict[str, str], signal: Signal, expected_url: str) -> None:
-    target = resolve_http(OTLPHttpConfig.model_validate(section), environ)[signal]
+    target = OTLPHttpConfig.model_validate(section).targets(environ)[signal]
     assert target.endpoint == expected_url
     assert target.tls.insecure is expected_url.startswith("http://")
 
@@ -64,12 +65,12 @@ def test_http_endpoint(section: dict[str, Any], environ: dict[str, str], signal:
 def test_grpc_endpoint_and_insecure(
     section: dict[str, Any], environ: dict[str, str], expected: tuple[str, bool]
 ) -> None:
-    target = resolve_grpc(OTLPGrpcConfig.model_validate(section), environ)[M]
+    target = OTLPGrpcConfig.model_validate(section).targets(environ)[M]
     assert (target.endpoint, target.tls.insecure) == expected
 
 
 def test_signal_specific_grpc_endpoint_only_for_its_signal() -> None:
-    targets = resolve_grpc(OTLPGrpcConfig(), {f"{P}ENDPOINT": "http://g:1", f"{P}LOGS_ENDPOINT": "https://l:2"})
+    targets = OTLPGrpcConfig().targets({f"{P}ENDPOINT": "http://g:1", f"{P}LOGS_ENDPOINT": "https://l:2"})
     assert {s: (t.endpoint, t.tls.insecure) for s, t in targets.items()} == {
         M: ("g:1", True), L: ("l:2", False), T: ("g:1", True),
     }
@@ -92,7 +93,7 @@ def test_parse_headers(text: str, expected: dict[str, str]) -> None:
 
 def test_headers_signal_specific_replaces_generic_and_config_wins_per_name() -> None:
     environ = {f"{P}HEADERS": "a=generic,b=generic", f"{P}TRACES_HEADERS": "a=traces"}
-    targets = resolve_http(OTLPHttpConfig.model_validate({"headers": {"B": "config"}}), environ)
+    targets = OTLPHttpConfig.model_validate({"headers": {"B": "config"}}).targets(environ)
     assert dict(targets[M].headers) == {"a": "generic", "b": "config"}
     assert dict(targets[T].headers) == {"a": "traces", "b": "config"}
 
@@ -111,7 +112,7 @@ def test_headers_signal_specific_replaces_generic_and_config_wins_per_name() -> 
     ],
 )
 def test_timeout_milliseconds(section: dict[str, Any], environ: dict[str, str], expected: float | None) -> None:
-    assert resolve_grpc(OTLPGrpcConfig.model_validate(section), environ)[M].timeout == expected
+    assert OTLPGrpcConfig.model_validate(section).targets(environ)[M].timeout == expected
 
 
 @pytest.mark.parametrize(
@@ -126,7 +127,7 @@ def test_timeout_milliseconds(section: dict[str, Any], environ: dict[str, str], 
     ],
 )
 def test_compression(section: dict[str, Any], environ: dict[str, str], expected: str) -> None:
-    assert resolve_http(OTLPHttpConfig.model_validate(section), environ)[M].compression == expected
+    assert OTLPHttpConfig.model_validate(section).targets(environ)[M].compression == expected
 
 
 def test_certificates_from_environment_and_config_precedence(caplog: pytest.LogCaptureFixture) -> None:
@@ -136,18 +137,18 @@ def test_certificates_from_environment_and_config_precedence(caplog: pytest.LogC
         f"{P}CLIENT_KEY": "/env/client.key",
         f"{P}METRICS_CERTIFICATE": "/env/metrics-ca.pem",
     }
-    targets = resolve_grpc(OTLPGrpcConfig(endpoint="collector:4317"), environ)
+    targets = OTLPGrpcConfig(endpoint="collector:4317").targets(environ)
     assert targets[L].tls.ca_file == Path("/env/ca.pem")
     assert targets[M].tls.ca_file == Path("/env/metrics-ca.pem")
     assert (targets[L].tls.cert_file, targets[L].tls.key_file) == (Path("/env/client.pem"), Path("/env/client.key"))
 
     section = {"endpoint": "collector:4317", "tls": {"ca_file": "/cfg/ca.pem"}}
-    tls = resolve_grpc(OTLPGrpcConfig.model_validate(section), environ)[L].tls
+    tls = OTLPGrpcConfig.model_validate(section).targets(environ)[L].tls
     assert tls.ca_file == Path("/cfg/ca.pem")
     assert tls.cert_file == Path("/env/client.pem")  # not written in config: the environment's
 
     with caplog.at_level(logging.WARNING):
-        lone = resolve_grpc(OTLPGrpcConfig(), {f"{P}CLIENT_KEY": "/env/client.key"})[M].tls
+        lone = OTLPGrpcConfig().targets({f"{P}CLIENT_KEY": "/env/client.key"})[M].tls
     assert lone.key_file is None and lone.cert_file is None
     assert "OTEL_EXPORTER_OTLP_CLIENT_KEY" in caplog.text
 
@@ -155,7 +156,7 @@ def test_certificates_from_environment_and_config_precedence(caplog: pytest.LogC
 def test_each_bad_variable_is_reported_once(caplog: pytest.LogCaptureFixture) -> None:
     environ = {f"{P}TIMEOUT": "soon", f"{P}HEADERS": "broken", f"{P}ENDPOINT": "nowhere"}
     with caplog.at_level(logging.WARNING):
-        resolve_http(OTLPHttpConfig(), environ)
+        OTLPHttpConfig().targets(environ)
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 3, messages
     assert any("OTEL_EXPORTER_OTLP_TIMEOUT='soon'" in m for m in messages)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gputally.errors import ConfigError
-from gputally.exporters.persistent_queue import PersistentQueue, queue_directory
-from gputally.exporters.queue import MemoryQueue
+from gputally.exporterhelper.persistent_queue import PersistentQueue, queue_directory
+from gputally.exporterhelper.queue import MemoryQueue
 from gputally.otlp.batch import Signal
 
 M, L, T = Signal.METRICS, Signal.LOGS, Signal.TRACES

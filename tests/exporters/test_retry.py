@@ -9,9 +9,9 @@ from collections.abc import Iterable
 
 import pytest
 
-from gputally.config.types import RetrySettings
 from gputally.errors import ExportError, PermanentExportError, TransientExportError
-from gputally.exporters.retry import Outcome, Retrier, SystemClock, backoff
+from gputally.exporterhelper.retry import Outcome, Retrier, SystemClock, backoff
+from gputally.exporterhelper.settings import RetrySettings
 
 
 class FakeClock:

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from gputally.config.types import QueueSettings, RetrySettings
 from gputally.errors import PermanentExportError, Refused, TransientExportError
-from gputally.exporters.transport import Receipt
+from gputally.exporterhelper.settings import QueueSettings, RetrySettings
+from gputally.exporterhelper.transport import Receipt
 from gputally.otlp.batch import Signal
 from gputally.telemetry import SelfTelemetry
 
@@ -170,7 +170,7 @@ async def test_unreachable_and_back_logged_once_each(
 ) -> None:
     transport.errors = [TransientExportError("refused") for _ in range(4)]
     exporter = make_exporter()
-    with caplog.at_level(logging.INFO, logger="gputally.exporters.sender"):
+    with caplog.at_level(logging.INFO, logger="gputally.exporterhelper.sender"):
         await exporter.start()
         await exporter.export(make_batch())
         await eventually(lambda: len(transport.sent) == 1)
@@ -230,7 +230,7 @@ async def test_inline_mode_refuses_when_retries_run_out(make_exporter, transport
 
 async def test_storage_failure_pushes_back(make_exporter, transport, make_batch, counted, tmp_path,
                                            caplog: pytest.LogCaptureFixture) -> None:
-    exporter = make_exporter(queue=QueueSettings(storage=tmp_path / "store"))
+    exporter = make_exporter(queue=QueueSettings(storage="file_storage"), storage=tmp_path / "store")
     await exporter.start()
     await exporter.export(make_batch(items=1))
     shutil.rmtree(tmp_path / "store")  # the volume went away

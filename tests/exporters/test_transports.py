@@ -25,13 +25,16 @@ import trustme
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
 
+import gputally.exporters.otlp as otlp_grpc
+import gputally.exporters.otlphttp as otlp_http
 from gputally.auth import BearerTokenAuth, BearerTokenAuthConfig
 from gputally.errors import ConfigError, Refused
-from gputally.exporters import otlp_grpc, otlp_http
-from gputally.exporters.config import OTLPGrpcConfig, OTLPHttpConfig
-from gputally.exporters.otlp_http import parse_retry_after
-from gputally.exporters.sender import QueuedExporter
+from gputally.exporterhelper.sender import QueuedExporter
+from gputally.exporters.otlp.config import OTLPGrpcConfig
+from gputally.exporters.otlphttp.config import OTLPHttpConfig
+from gputally.exporters.otlphttp.exporter import parse_retry_after
 from gputally.otlp.batch import Signal
+from gputally.storage import FileStorageConfig
 
 M, L, T = Signal.METRICS, Signal.LOGS, Signal.TRACES
 FAST_RETRY = {"initial_interval": "10ms", "max_interval": "50ms", "max_elapsed_time": "5s"}
@@ -487,8 +490,8 @@ async def test_full_queue_pushes_back(backend, sink, make_batch, counted, eventu
 )
 async def test_persistent_queue_survives_a_restart(backend, free_port, make_batch, counted, tmp_path: Path,
                                                    component_id: str, directory: str) -> None:
-    section = {"endpoint": backend.url(free_port), "sending_queue": {"storage": str(tmp_path), "num_consumers": 2}}
-    first = backend.exporter(section, component_id=component_id, shutdown_timeout=0.5)
+    section = {"endpoint": backend.url(free_port), "sending_queue": {"storage": "file_storage", "num_consumers": 2}}
+    first = backend.exporter(section, component_id=component_id, shutdown_timeout=0.5, storage={"file_storage": FileStorageConfig(directory=tmp_path)})
     await first.start()
     batches = [make_batch(s, items=2, tag=f"{s}{n}") for n in range(2) for s in Signal]
     for batch in batches:
@@ -500,7 +503,8 @@ async def test_persistent_queue_survives_a_restart(backend, free_port, make_batc
     assert sum(counted("send_failed", component_id, s) for s in Signal) == 0
 
     sink = await backend.start_sink(port=free_port)
-    second = backend.exporter(section, component_id=component_id)
+    second = backend.exporter(section, component_id=component_id,
+                              storage={"file_storage": FileStorageConfig(directory=tmp_path)})
     await second.start()
     await sink.wait_calls(6)
     await second.shutdown()
@@ -510,16 +514,18 @@ async def test_persistent_queue_survives_a_restart(backend, free_port, make_batc
 
 _CRASHING_PROCESS = """
 import asyncio, importlib, json, os, sys
-from gputally.exporters import config
 from gputally.otlp.batch import Batch, Signal
 from gputally.pipeline.component import ComponentContext
+from gputally.storage import FileStorageConfig
 from gputally.telemetry import SelfTelemetry
 
 async def main(module, config_class, component_id, storage, port, batches):
-    exporter_config = getattr(config, config_class).model_validate(
-        {"endpoint": f"http://127.0.0.1:{port}", "sending_queue": {"storage": storage}})
-    exporter = importlib.import_module(module).create_exporter(
-        exporter_config, ComponentContext(id=component_id, telemetry=SelfTelemetry()), environ={})
+    exporter_module = importlib.import_module(module)
+    exporter_config = getattr(exporter_module, config_class).model_validate(
+        {"endpoint": f"http://127.0.0.1:{port}", "sending_queue": {"storage": "file_storage"}})
+    context = ComponentContext(id=component_id, telemetry=SelfTelemetry(),
+                               storage={"file_storage": FileStorageConfig(directory=storage)})
+    exporter = exporter_module.create_exporter(exporter_config, context, environ={})
     await exporter.start()
     for signal, items, raw in batches:
         await exporter.export(Batch(Signal(signal), raw=bytes.fromhex(raw), items=items))
@@ -541,8 +547,8 @@ async def test_persistent_queue_survives_a_crash(backend, free_port, make_batch,
     assert len(list((tmp_path / f"{backend.name}%2Fcrash").glob("*.otlp"))) == 3
 
     sink = await backend.start_sink(port=free_port)
-    survivor = backend.exporter({"endpoint": backend.url(free_port), "sending_queue": {"storage": str(tmp_path)}},
-                                component_id=component_id)
+    survivor = backend.exporter({"endpoint": backend.url(free_port), "sending_queue": {"storage": "file_storage"}},
+                                component_id=component_id, storage={"file_storage": FileStorageConfig(directory=tmp_path)})
     await survivor.start()
     await sink.wait_calls(3)
     await survivor.shutdown()

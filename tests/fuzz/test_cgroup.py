@@ -8,7 +8,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gputally.processors.cgroup import CgroupInfo, parse_cgroup
+from gputally.cgroup.parse import CgroupInfo, parse_cgroup
 from tests.fuzz.budget import bounded_memory, case, fuzz_settings
 from tests.fuzz.strategies import cgroup_text
 

@@ -12,10 +12,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gputally.config.model import Config, load_config
+from gputally.cli.serve import default_config_text
 from gputally.errors import ConfigError
+from gputally.pipeline.config import Config, load_config
 from gputally.pipeline.registry import Registry
-from gputally.serve import default_config_text
 from tests.fuzz.budget import bounded_memory, case, fuzz_settings
 from tests.fuzz.strategies import bent
 

@@ -26,14 +26,14 @@ from hypothesis import strategies as st
 from gputally.errors import InvalidRequest
 from gputally.otlp import json as otlp_json
 from gputally.otlp.batch import Batch, Signal
+from gputally.otlp.known import CheckedShapes
 from gputally.pipeline.component import ComponentContext, Exporter
 from gputally.pipeline.pipeline import Pipeline, Stage
 from gputally.pipeline.registry import Registry
-from gputally.receiver import OTLPReceiver, factory
-from gputally.otlp.known import CheckedShapes
-from gputally.receiver.http_server import Encoding, _decode, _inflate
-from gputally.receiver.intake import Intake
-from gputally.receiver.status import Failure, Reason
+from gputally.receiver.otlp import OTLPReceiver, factory
+from gputally.receiver.otlp.http_server import Encoding, _decode, _inflate
+from gputally.receiver.otlp.intake import Intake
+from gputally.receiver.otlp.status import Failure, Reason
 from gputally.telemetry import SelfTelemetry
 from tests.fuzz.budget import bounded_memory, case, fuzz_settings
 from tests.fuzz.strategies import REQUESTS, bent, damaged, json_bytes

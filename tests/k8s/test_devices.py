@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gputally.processors.k8s.devices import DeviceMap, Holder, ResourceMatcher, device_key, resource_keys
+from gputally.kubelet.devices import DeviceMap, Holder, ResourceMatcher, device_key, resource_keys
 from gputally.proto.podresources.v1 import api_pb2
 
 UUID = "GPU-1e061ec2-3930-fe87-1e34-cb91101c1bd9"

@@ -21,18 +21,18 @@ from harness.kube.cluster import KubeCluster, create_node, create_pod, create_st
 from harness.processes import free_port
 from support.otlp import OtlpSink
 
-from gputally.config.model import load_config
+from gputally.pipeline.config import load_config
 from gputally.pipeline.registry import Registry
 from gputally.pipeline.service import Service
+from gputally.probes.core.otlp_shape import OtlpEncoder
 from gputally.probes.nvml.collector import NvmlCollector
-from gputally.probes.otlp_shape import OtlpEncoder
 from gputally.probes.nvml.replay import ReplaySource, load_recording
 from gputally.processors.k8s import factory
 from gputally.processors.k8s.processor import K8sProcessor
 
 from .helpers import CONTAINER, GPU, H200, POD_UID, attrs
-from .test_kube_api import eventually
 from .kubelet import Kubelet, serve
+from .test_kube_api import eventually
 
 METRICS_EXPORT = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
 

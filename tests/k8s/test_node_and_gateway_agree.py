@@ -2,7 +2,7 @@
 
 The same pods live in the real kube-apiserver (tests/harness/kube). The same ``List`` answer
 is served by the kubelet stand-in on a real unix socket. Node mode reads that socket itself;
-in gateway mode the probe's own reader (:mod:`gputally.probes.allocations`) reads it and the
+in gateway mode the probe's own reader (:mod:`gputally.probes.core.allocations`) reads it and the
 answer travels as the ``gputally.k8s.podresources.holders`` hint on the probe's OTLP. Every
 form of device id is in the answer: a GPU uuid, an index, time-slicing replicas shared by two
 pods, MIG devices by uuid and in the pre-R470 ``MIG-GPU-<uuid>/<gi>/<ci>`` form (and their
@@ -28,10 +28,10 @@ from harness.kube.cluster import (
 )
 
 from gputally.otlp.batch import Batch, Signal
-from gputally.probes.allocations import HOLDERS, PodAllocations
-from gputally.probes.catalog import POWER
-from gputally.probes.model import AttrValue, Entity, Point
-from gputally.probes.otlp_shape import OtlpEncoder
+from gputally.probes.core.allocations import HOLDERS, PodAllocations
+from gputally.probes.core.catalog import POWER
+from gputally.probes.core.model import AttrValue, Entity, Point
+from gputally.probes.core.otlp_shape import OtlpEncoder
 from gputally.processors.k8s.processor import K8sProcessor
 
 from .helpers import k8s_only, make, resource_attrs

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gputally.processors.k8s.health import Problems
+from gputally.kubelet.health import Problems
 from gputally.processors.k8s.kubeapi import KubeApiError
 from gputally.processors.k8s.model import OwnerRef
 from gputally.processors.k8s.owners import OwnerResolver, Workload, direct_workload

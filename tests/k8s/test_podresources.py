@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gputally.processors.k8s.devices import Holder, ResourceMatcher
-from gputally.processors.k8s.health import Problems
-from gputally.processors.k8s.podresources import PodResourcesClient
+from gputally.kubelet.devices import Holder, ResourceMatcher
+from gputally.kubelet.health import Problems
+from gputally.kubelet.podresources import PodResourcesClient
 from gputally.proto.podresources.v1 import api_pb2
 
 from .helpers import GPU, gpu_resource, k8s_only, make, metrics_batch, resource_attrs

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
+from gputally.kubelet.devices import DeviceMap, Holder, device_key
 from gputally.otlp.batch import Signal
-from gputally.processors.k8s.devices import DeviceMap, Holder, device_key
 from gputally.processors.k8s.model import KeyFilter, pod_from_json
 from gputally.processors.k8s.owners import OwnerResolver
 from gputally.processors.k8s.processor import K8sProcessor

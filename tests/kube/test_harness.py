@@ -16,9 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
-
 from harness.kube.cluster import (
     LIMITED_USER,
     HarnessError,
@@ -34,6 +31,8 @@ from harness.kube.cluster import (
     locate_binaries,
     set_pod_status,
 )
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
 
 WATCH_TIMEOUT = 15  # seconds the API server keeps one watch open
 

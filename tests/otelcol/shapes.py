@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from harness.processes import terminate, wait_for_port
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from gputally.probes.allocations import PodAllocations
+from gputally.probes.core.allocations import PodAllocations
+from gputally.probes.core.otlp_shape import OtlpEncoder
 from gputally.probes.nvml.collector import NvmlCollector
-from gputally.probes.otlp_shape import OtlpEncoder
 from gputally.probes.nvml.replay import ReplaySource, load_recording
-from harness.processes import terminate, wait_for_port
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "collector-config"
@@ -206,7 +206,7 @@ async def replay_requests(recording: Mapping[str, Any], cycles: int, node: str, 
 
     ``pod_resources``: the node's kubelet socket (a `tests.k8s.kubelet.Kubelet` serving it):
     the probe asks it every cycle and its GPUs carry their holders, as ``--pod-resources``
-    makes the real probe do (the runner's two steps, :mod:`gputally.probes.allocations`)."""
+    makes the real probe do (the runner's two steps, :mod:`gputally.probes.core.allocations`)."""
     source = ReplaySource(copy.deepcopy(dict(recording)))
     probe = NvmlCollector(source, source, node_name=node, events=False)
     allocations = PodAllocations(pod_resources, refresh_s=1e-9) if pod_resources is not None else None

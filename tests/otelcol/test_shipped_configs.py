@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from harness.otelcol.collector import validate
+
 from tests.otelcol.shapes import CONFIGS
 
 SHAPES = ("gateway", "sidecar", "pipeline-stage", "scale-out")

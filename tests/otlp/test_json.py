@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from gputally.otlp import json as otlp_json
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from gputally.errors import InvalidRequest
+from gputally.otlp import json as otlp_json
 from tests.receiver.helpers import PARENT_ID, SPAN_ID, TRACE_ID, traces_request
 
 

@@ -18,7 +18,6 @@ from tests.otlp.test_splice import _POINTS
 from tests.usage.series import probe_requests, recording
 
 
-
 def _blob(klass: type[Any]) -> bytes:
     return bytes(klass(attributes=[KeyValue(key="env", value=AnyValue(string_value="prod"))]).SerializeToString())
 

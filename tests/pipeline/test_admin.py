@@ -10,10 +10,10 @@ import pytest
 import trustme
 import yaml
 
-from gputally.cli import main
-from gputally.config.model import load_config
+from gputally.cli.main import main
+from gputally.cli.serve import admin_server
+from gputally.pipeline.config import load_config
 from gputally.pipeline.service import Service
-from gputally.serve import admin_server
 
 TOKEN = "admin-s3cret"
 

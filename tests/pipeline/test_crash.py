@@ -26,9 +26,8 @@ from typing import Any
 import grpc
 import grpc.aio
 import yaml
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-
 from harness.processes import free_port, terminate, wait_for_port
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from support.otlp import OtlpSink
 
 METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
@@ -105,6 +104,7 @@ class Server:
 
 def config(port: int, sink_port: int, storage: Path) -> dict[str, Any]:
     return {
+        "extensions": {"file_storage": {"directory": str(storage)}},
         "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{port}"}}}},
         "processors": {"batch": {"send_batch_size": 2000, "timeout": "200ms", "send_batch_max_size": 2000}},
         "exporters": {
@@ -114,10 +114,11 @@ def config(port: int, sink_port: int, storage: Path) -> dict[str, Any]:
                 "compression": "none",
                 "timeout": "2s",
                 "retry_on_failure": {"initial_interval": "50ms", "max_interval": "200ms", "max_elapsed_time": 0},
-                "sending_queue": {"num_consumers": CONSUMERS, "queue_size": 100000, "storage": str(storage)},
+                "sending_queue": {"num_consumers": CONSUMERS, "queue_size": 100000, "storage": "file_storage"},
             }
         },
         "service": {
+            "extensions": ["file_storage"],
             "pipelines": {"metrics": {"receivers": ["otlp"], "processors": ["batch"], "exporters": ["otlp"]}},
             "telemetry": {"metrics": {"address": None}, "logs": {"level": "warn"}},
             "shutdown_timeout": "2s",

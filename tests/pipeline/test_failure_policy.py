@@ -13,8 +13,8 @@ from gputally.pipeline.component import Exporter, FailurePolicy, Processor, Proc
 from gputally.pipeline.pipeline import Pipeline, Stage
 from gputally.pipeline.registry import Registry
 from gputally.processors.filter import FilterProcessor
-from gputally.receiver.intake import Intake
-from gputally.receiver.status import Failure
+from gputally.receiver.otlp.intake import Intake
+from gputally.receiver.otlp.status import Failure
 from gputally.telemetry import SelfTelemetry
 
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from gputally.config.model import validate
 from gputally.config.types import Strict
 from gputally.errors import Refused
 from gputally.otlp.batch import Batch, Signal
 from gputally.pipeline.component import ComponentContext, Exporter, Processor, Receiver, SharedComponents
+from gputally.pipeline.config import validate
 from gputally.pipeline.factory import ExporterFactory, ProcessorFactory, ReceiverFactory
 from gputally.pipeline.pipeline import FanOut, Pipeline, Stage
 from gputally.pipeline.registry import Registry

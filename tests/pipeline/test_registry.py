@@ -43,14 +43,26 @@ def defines_factory(module: Path) -> bool:
 
 
 def in_tree(kind: str) -> set[str]:
-    """The ``module:factory`` each component in the tree should be registered as: every
-    folder under processors/, every module of exporters/ that makes a factory, the receiver."""
-    if kind == "processors":
-        folders = (path for path in (ROOT / "processors").iterdir() if (path / "__init__.py").is_file())
-        return {f"gputally.processors.{folder.name}:factory" for folder in folders}
-    if kind == "exporters":
-        return {f"gputally.exporters.{m.stem}:factory" for m in (ROOT / "exporters").glob("*.py") if defines_factory(m)}
-    return {"gputally.receiver:factory"} if defines_factory(ROOT / "receiver" / "__init__.py") else set()
+    """The ``module:factory`` each component in the tree should be registered as: every folder
+    under receiver/, processors/ and exporters/ with a ``factory.py`` that makes a factory (the
+    one shape every component has)."""
+    folder = {"receivers": "receiver", "processors": "processors", "exporters": "exporters"}[kind]
+    package = {"receivers": "receiver", "processors": "processors", "exporters": "exporters"}[kind]
+    return {
+        f"gputally.{package}.{path.name}:factory"
+        for path in (ROOT / folder).iterdir()
+        if (path / "factory.py").is_file() and defines_factory(path / "factory.py")
+    }
+
+
+def test_every_component_folder_has_the_same_parts() -> None:
+    """factory.py, config.py, the runtime module and a README, in every component folder."""
+    runtime = {"receiver": "receiver.py", "processors": "processor.py", "exporters": "exporter.py"}
+    for folder, module in runtime.items():
+        for path in (ROOT / folder).iterdir():
+            if (path / "__init__.py").is_file():
+                parts = {"factory.py", "config.py", module, "README.md"}
+                assert parts <= {p.name for p in path.iterdir()}, f"{path.relative_to(ROOT)} lacks {sorted(parts - {p.name for p in path.iterdir()})}"
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +97,7 @@ def test_a_plugin_that_fails_to_load_or_is_of_another_kind_is_left_out(
     plugins = {
         PROCESSOR_GROUP: [
             EntryPoint("batch", "gputally.processors.batch:factory", PROCESSOR_GROUP),
-            EntryPoint("otlp", "gputally.exporters.otlp_grpc:factory", PROCESSOR_GROUP),  # an exporter's
+            EntryPoint("otlp", "gputally.exporters.otlp:factory", PROCESSOR_GROUP),  # an exporter's
             EntryPoint("gone", "gputally.no_such_module:factory", PROCESSOR_GROUP),
             EntryPoint("renamed", "gputally.processors.filter:factory", PROCESSOR_GROUP),
         ],
@@ -97,7 +109,7 @@ def test_a_plugin_that_fails_to_load_or_is_of_another_kind_is_left_out(
     assert sorted(found.processors) == ["batch", "filter"]  # registered under its own type name
     assert found.receivers == {} and found.exporters == {}
     logged = caplog.text
-    assert "'otlp' (gputally.exporters.otlp_grpc:factory) is not a gputally ProcessorFactory" in logged
+    assert "'otlp' (gputally.exporters.otlp:factory) is not a gputally ProcessorFactory" in logged
     assert "cannot load gputally.processors plugin 'gone'" in logged
     assert "'tag' (gputally.processors.attributes:factory) is not a gputally ReceiverFactory" in logged
     assert "plugin 'renamed' registers type 'filter'" in logged

@@ -10,22 +10,24 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from gputally.cli import main
-from gputally.serve import load
 from harness.processes import free_port, terminate, wait_for_port
+
+from gputally.cli.main import main
+from gputally.cli.serve import load
 
 GPUTALLY = str(Path(sys.executable).with_name("gputally"))
 
 
 def config(port: int, sink_port: int, storage: str) -> dict[str, object]:
     return {
+        "extensions": {"file_storage": {"directory": storage}},
         "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{port}"}}}},
         "exporters": {"otlp": {
             "endpoint": f"127.0.0.1:{sink_port}", "tls": {"insecure": True},
-            "sending_queue": {"storage": storage},
+            "sending_queue": {"storage": "file_storage"},
         }},
         "service": {
+            "extensions": ["file_storage"],
             "pipelines": {"metrics": {"receivers": ["otlp"], "exporters": ["otlp"]}},
             "telemetry": {"metrics": {"address": None}},
             "shutdown_timeout": "1s",
@@ -58,6 +60,6 @@ def test_without_workers_the_variable_is_0(tmp_path: Path, monkeypatch: pytest.M
     path = tmp_path / "gputally.yaml"
     path.write_text(yaml.safe_dump(config(4317, 4318, "/var/lib/gputally/queue-${env:GPUTALLY_WORKER}")))
     assert main(["validate", "--config", str(path)]) == 0
-    assert load(path).exporters["otlp"].config.sending_queue.storage == Path(  # type: ignore[attr-defined]
+    assert load(path).extensions["file_storage"].directory == Path(  # type: ignore[attr-defined]
         "/var/lib/gputally/queue-0"
     )

@@ -12,11 +12,11 @@ import os
 import sys
 from typing import Any
 
-from gputally.cli import main
-from gputally.exporters.sender import QueuedExporter
+from gputally.cli.main import main
+from gputally.exporterhelper.sender import QueuedExporter
 from gputally.otlp.batch import Batch
 from gputally.pipeline.component import Exporter
-from gputally.probes import delivery
+from gputally.probes.delivery import exporter as delivery
 
 
 def first_point_time(batch: Batch) -> int:

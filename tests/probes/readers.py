@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gputally.probes.model import Cycle, Entity
+from gputally.probes.core.model import Cycle, Entity
 
 __all__ = ["device", "gpu", "pids", "process", "value", "values"]
 

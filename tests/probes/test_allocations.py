@@ -14,14 +14,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gputally.cli import build_parser, main
+from gputally.cli.main import build_parser, main
 from gputally.errors import ConfigError
-from gputally.probes import allocations
-from gputally.probes.allocations import HOLDERS, PodAllocations, from_options
-from gputally.probes.model import Entity
+from gputally.probes.core import allocations
+from gputally.probes.core.allocations import HOLDERS, PodAllocations, from_options
+from gputally.probes.core.model import Entity
+from gputally.probes.core.otlp_shape import OtlpEncoder
+from gputally.probes.core.runner import ProbeOptions, Runner
 from gputally.probes.nvml.replay import ReplaySource
-from gputally.probes.otlp_shape import OtlpEncoder
-from gputally.probes.runner import ProbeOptions, Runner
 from gputally.proto.podresources.v1 import api_pb2
 from tests.k8s.kubelet import Kubelet, kubelet_socket, serve
 from tests.probes.nvml.helpers import (
@@ -136,7 +136,7 @@ async def test_the_command_line_with_a_socket_prints_the_holders(kubelet: tuple[
     socket, fake = kubelet
     fake.allocate("notebooks", "jupyter-alice-0", "notebook", "nvidia.com/gpu", GPU_UUID)
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gputally.cli", "probe", "nvml", "--replay", str(TWO_WORKLOADS), "--once", "--debug",
+        sys.executable, "-m", "gputally.cli.main", "probe", "nvml", "--replay", str(TWO_WORKLOADS), "--once", "--debug",
         "--pod-resources", str(socket), "--pod-resources-refresh", "1s",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
@@ -158,7 +158,7 @@ def test_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest
     default = tmp_path / "kubelet.sock"
     monkeypatch.setattr(allocations, "DEFAULT_SOCKET", default)
     assert from_options(None, "10s") is None
-    (line,) = [r for r in caplog.records if r.name == "gputally.probes.allocations"]
+    (line,) = [r for r in caplog.records if r.name == "gputally.probes.core.allocations"]
     assert line.levelno == logging.INFO and str(default) in line.getMessage()
     default.touch()
     found = from_options(None, "2s")

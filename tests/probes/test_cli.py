@@ -14,19 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from gputally.cli import main
+from gputally.cli.main import main
 from gputally.errors import Refused
-from gputally.exporters.sender import DeliveryListener
+from gputally.exporterhelper.sender import DeliveryListener
 from gputally.otlp.batch import Batch
 from gputally.pipeline.component import Exporter
+from gputally.probes.core.runner import ProbeOptions, Runner
 from gputally.probes.nvml.replay import ReplaySource
-from gputally.probes.runner import ProbeOptions, Runner
 from tests.probes.nvml.helpers import TWO_WORKLOADS, collector, recording
 
 PYTHON = sys.executable
 NO_PYNVML = """
 import sys
-from gputally.cli import main
+from gputally.cli.main import main
 code = main(sys.argv[1:])
 assert "pynvml" not in sys.modules, "the replay path imported pynvml"
 sys.exit(code)
@@ -54,7 +54,7 @@ def test_replay_once_debug_prints_the_h200_with_both_processes_and_cgroups() -> 
 @pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None, reason="this machine has NVML")
 def test_a_node_without_nvml_gets_one_line_and_exit_1() -> None:
     result = subprocess.run(
-        [PYTHON, "-m", "gputally.cli", "probe", "nvml", "--once", "--debug"],
+        [PYTHON, "-m", "gputally.cli.main", "probe", "nvml", "--once", "--debug"],
         capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 1
@@ -66,7 +66,7 @@ def test_a_node_without_nvml_gets_one_line_and_exit_1() -> None:
 
 def test_sigterm_stops_the_loop_cleanly() -> None:
     process = subprocess.Popen(
-        [PYTHON, "-m", "gputally.cli", "probe", "nvml", "--replay", str(TWO_WORKLOADS), "--debug",
+        [PYTHON, "-m", "gputally.cli.main", "probe", "nvml", "--replay", str(TWO_WORKLOADS), "--debug",
          "--interval", "100ms"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )

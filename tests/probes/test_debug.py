@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gputally.probes.debug import attribution, render
+from gputally.cgroup.parse import parse_cgroup
+from gputally.probes.core.debug import attribution, render
 from gputally.probes.nvml.replay import ReplaySource
-from gputally.processors.cgroup import parse_cgroup
 from tests.probes.nvml.helpers import collector, recording
 
 POD = ("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6ee8558e_a273_417d_9a57_57f3c7773bd4"

@@ -7,7 +7,7 @@ import asyncio
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 from gputally.otlp.batch import Batch, Signal
-from gputally.probes.delivery import DeliveryTally
+from gputally.probes.delivery.exporter import DeliveryTally
 
 
 def metrics_batch(points: int) -> Batch:

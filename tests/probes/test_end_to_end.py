@@ -10,14 +10,14 @@ import yaml
 from harness.processes import free_port
 from support.otlp import OtlpSink
 
-from gputally.cli import build_parser
-from gputally.config.model import load_config
+from gputally.cli.main import build_parser
+from gputally.pipeline.config import load_config
 from gputally.pipeline.service import Service
 from gputally.probes.amd import cli as amd_cli
-from gputally.probes.delivery import create_exporter
+from gputally.probes.core.runner import ProbeOptions, Runner
+from gputally.probes.delivery.exporter import create_exporter
 from gputally.probes.gaudi import cli as gaudi_cli
 from gputally.probes.nvml.replay import ReplaySource
-from gputally.probes.runner import ProbeOptions, Runner
 from gputally.telemetry import SelfTelemetry
 from tests.probes.nvml.helpers import GPU_UUID, collector, recording
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gputally.probes.hints import ProcFs, process_attributes
-from gputally.probes.procfacts import ProcFacts
+from gputally.probes.core.hints import ProcFs, process_attributes
+from gputally.probes.core.procfacts import ProcFacts
 
 BTIME = 1_795_970_000
 CGROUP = "0::/kubepods.slice/kubepods-pod3a5b7c9d_1e2f.slice/cri-containerd-abab.scope\n"

@@ -8,9 +8,9 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from gputally import __version__
 from gputally.otlp.batch import Batch, Signal
-from gputally.probes import catalog
+from gputally.probes.core import catalog
+from gputally.probes.core.otlp_shape import logs_request, metrics_request
 from gputally.probes.nvml.replay import ReplaySource
-from gputally.probes.otlp_shape import logs_request, metrics_request
 from tests.probes.nvml.helpers import GPU_UUID, recording, run_cycles
 
 README = Path(__file__).resolve().parents[2] / "README.md"

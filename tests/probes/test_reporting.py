@@ -13,14 +13,14 @@ import trustme
 import yaml
 from support.otlp import OtlpSink
 
-from gputally.cli import build_parser
-from gputally.config.model import load_config
+from gputally.cli.main import build_parser
+from gputally.pipeline.config import load_config
 from gputally.pipeline.service import Service
-from gputally.probes.command import probe_interval
-from gputally.probes.delivery import create_exporter, tls_mismatch
+from gputally.probes.core.command import probe_interval
+from gputally.probes.core.runner import ProbeOptions, Runner
+from gputally.probes.delivery.exporter import create_exporter, tls_mismatch
 from gputally.probes.nvml.cli import run
 from gputally.probes.nvml.replay import ReplaySource
-from gputally.probes.runner import ProbeOptions, Runner
 from gputally.telemetry import SelfTelemetry
 from tests.probes.nvml.helpers import TIMESERIES, TWO_WORKLOADS, collector, recording
 
@@ -94,7 +94,7 @@ async def test_a_periodic_summary_at_info(caplog: pytest.LogCaptureFixture) -> N
         await asyncio.sleep(0.3)
         runner.stop()
 
-    with caplog.at_level(logging.INFO, logger="gputally.probes.runner"):
+    with caplog.at_level(logging.INFO, logger="gputally.probes.core.runner"):
         await asyncio.gather(runner.run(), stop_later())
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("probe nvml: ")]
     assert len(lines) >= 3 and lines[-1].endswith("(final)")

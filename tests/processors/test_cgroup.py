@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gputally.processors.cgroup import CgroupInfo, parse_cgroup
+from gputally.cgroup.parse import CgroupInfo, parse_cgroup
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "nvml"
 UID = "6ee8558e-a273-417d-9a57-57f3c7773bd4"

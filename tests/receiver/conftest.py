@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 import trustme
-from gputally.receiver import OTLPReceiver, factory
 
 from gputally.otlp.batch import Signal
+from gputally.receiver.otlp import OTLPReceiver, factory
 from gputally.telemetry import SelfTelemetry
 from tests.receiver.helpers import Certs, Env, Recorder, StartReceiver
 

@@ -12,7 +12,6 @@ import aiohttp
 import grpc
 import trustme
 from google.rpc import status_pb2
-from gputally.receiver import OTLPReceiver
 from grpc_status import rpc_status
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
@@ -22,6 +21,7 @@ from gputally.auth import BearerTokenAuth, BearerTokenAuthConfig
 from gputally.otlp.batch import Batch
 from gputally.otlp.signals import SIGNALS, Signal
 from gputally.pipeline.component import ComponentContext
+from gputally.receiver.otlp import OTLPReceiver
 from gputally.telemetry import SelfTelemetry
 
 TOKEN = "s3cret-token"

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 import yaml
-from gputally.receiver import GRPCSettings, HTTPSettings, OTLPReceiverConfig, Protocols, factory
 from pydantic import BaseModel, ValidationError
+
+from gputally.receiver.otlp import GRPCSettings, HTTPSettings, OTLPReceiverConfig, Protocols, factory
 
 TESTDATA = Path(__file__).parent / "testdata"
 

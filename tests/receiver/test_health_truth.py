@@ -10,12 +10,12 @@ import grpc
 import grpc.aio
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-from gputally.admin import AdminServer
-from gputally.config.model import load_config
-from gputally.pipeline.service import Service
 from harness.processes import free_port
 from support.otlp import OtlpSink
+
+from gputally.cli.admin import AdminServer
+from gputally.pipeline.config import load_config
+from gputally.pipeline.service import Service
 from tests.receiver.helpers import Env, StartReceiver
 
 SERVING = health_pb2.HealthCheckResponse.SERVING

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from gputally.receiver import OTLPReceiver, factory
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gputally.errors import ConfigError
 from gputally.otlp.batch import Batch, Signal
+from gputally.receiver.otlp import OTLPReceiver, factory
 from tests.receiver.helpers import Env, StartReceiver, grpc_export, http_post, metrics_request
 
 BOTH = {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}, "http": {"endpoint": "127.0.0.1:0"}}}

@@ -8,10 +8,10 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
-from gputally.receiver import factory
 
 from gputally.errors import ConfigError
 from gputally.otlp.batch import Signal
+from gputally.receiver.otlp import factory
 from tests.receiver.helpers import Certs, Env, StartReceiver, grpc_export, http_post, metrics_request
 
 BODY = metrics_request().SerializeToString()

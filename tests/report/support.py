@@ -12,7 +12,7 @@ from typing import Any
 
 from harness.prometheus.server import Prometheus
 
-from gputally.cli import main
+from gputally.cli.main import main
 from tests.usage.scenario import Placed
 
 PRICE_PER_GPU_HOUR = 3.5

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from harness.slurm.cluster import SlurmCluster
 
 from gputally.processors.slurm import SlurmProcessor
-from harness.slurm.cluster import SlurmCluster
 from tests.slurm.scenario import (
     BACKENDS,
     DRIVER_MINORS,

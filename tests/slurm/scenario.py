@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.slurm.cluster import SlurmCluster
+
 from gputally.otlp.batch import Signal
 from gputally.processors.slurm import SlurmProcessor, factory
-from harness.slurm.cluster import SlurmCluster
 from tests.processors.builders import context
 
 BACKENDS = ("cli", "slurmrestd")

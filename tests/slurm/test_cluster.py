@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from gputally.otlp.batch import Batch
-from gputally.processors.cgroup import parse_cgroup
-from gputally.processors.slurm import SlurmProcessor
 from harness.slurm.cluster import SlurmCluster
+
+from gputally.cgroup.parse import parse_cgroup
+from gputally.otlp.batch import Batch
+from gputally.processors.slurm import SlurmProcessor
 from tests.processors.builders import attributes, metric, metrics_batch, reencoded, resource_metrics, resources
 from tests.slurm.scenario import GPU_A, GPU_B, Jobs, Process, make_processor, processor_config
 

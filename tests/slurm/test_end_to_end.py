@@ -11,18 +11,18 @@ from typing import Any
 
 import grpc
 import yaml
+from harness.processes import free_port
+from harness.slurm.cluster import SlurmCluster
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from support.otlp import OtlpSink
 
-from gputally.config.model import load_config
+from gputally.pipeline.config import load_config
 from gputally.pipeline.registry import Registry
 from gputally.pipeline.service import Service
+from gputally.probes.core.otlp_shape import metrics_request
 from gputally.probes.nvml.collector import NvmlCollector
-from gputally.probes.otlp_shape import metrics_request
 from gputally.probes.nvml.replay import ReplaySource, load_recording
 from gputally.processors.slurm import SlurmProcessor, factory
-from harness.slurm.cluster import SlurmCluster
-from harness.processes import free_port
-from support.otlp import OtlpSink
 from tests.processors.builders import from_any_value
 from tests.slurm.scenario import Jobs
 

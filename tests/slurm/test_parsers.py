@@ -24,8 +24,8 @@ from gputally.processors.slurm.gres import (
     parse_index_list,
 )
 from gputally.processors.slurm.hostlist import expand_hostlist
-from gputally.processors.slurm.model import JobInfo
 from gputally.processors.slurm.local import Found, LocalProcesses
+from gputally.processors.slurm.model import JobInfo
 
 TESTDATA = Path(__file__).parent / "testdata"
 H200 = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "nvml" / "h200-two-workloads.json"

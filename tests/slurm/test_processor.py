@@ -15,13 +15,13 @@ from pydantic import ValidationError
 from gputally.errors import ConfigError
 from gputally.otlp.batch import Signal
 from gputally.processors.slurm import (
-    SlurmRuntime,
     ATTRIBUTES,
     CliBackend,
     JobInfo,
     RestdBackend,
     SlurmConfig,
     SlurmProcessor,
+    SlurmRuntime,
     factory,
 )
 from gputally.processors.slurm.backends import make_backend

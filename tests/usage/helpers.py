@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
@@ -38,10 +39,14 @@ class FakeClock:
         self.wall += int(seconds * 1e9)
 
 
-def runtime(clock: FakeClock | None = None, **config: Any) -> UsageRuntime:
+def runtime(clock: FakeClock | None = None, *, storage: Path | None = None, **config: Any) -> UsageRuntime:
+    """A runtime of ``config``; ``storage``: the directory of the file_storage extension it names."""
     clock = clock or FakeClock()
     config.setdefault("settle", 0)
-    return UsageRuntime(UsageConfig(**config), name="usage", monotonic=clock.monotonic, wall_ns=clock.wall_ns)
+    if storage is not None:
+        config["storage"] = "file_storage"
+    return UsageRuntime(UsageConfig(**config), name="usage", storage=storage, monotonic=clock.monotonic,
+                        wall_ns=clock.wall_ns)
 
 
 def feed(rt: UsageRuntime, requests: Iterable[ExportMetricsServiceRequest]) -> None:

@@ -21,8 +21,8 @@ from typing import Any
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 
+from gputally.probes.core.otlp_shape import OtlpEncoder
 from gputally.probes.nvml.collector import NvmlCollector
-from gputally.probes.otlp_shape import OtlpEncoder
 from gputally.probes.nvml.replay import ReplaySource, load_recording
 
 TIMESERIES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "nvml" / "h200-three-workloads-timeseries.json"

@@ -26,6 +26,7 @@ from tests.otelcol.shapes import file_backend, file_resources, override, shipped
 from tests.usage.scenario import placed, run_through_serve
 from tests.usage.series import GPU
 
+
 async def test_usage_counters_through_serve_with_k8s_and_slurm(
     otelcol: Callable[..., Otelcol], kube_cluster: KubeCluster, kube_admin: Any, kube_namespace: str,
     slurm_cluster: SlurmCluster, tmp_path: Path,

@@ -57,7 +57,7 @@ async def test_each_gpu_is_counted_whole_by_one_replica(
         GputallyProcess(override(shipped("scale-out", "gputally.yaml"), {
             "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{port}",
             "processors.k8s.kubeconfig": str(kube_cluster.limited_kubeconfig),
-            "processors.usage.storage": str(tmp_path / f"usage-{n}"),
+            "extensions.file_storage.directory": str(tmp_path / f"usage-{n}"),
             "processors.usage.instance_id": f"replica-{n}",
             "processors.usage.emit_interval": "1s",
             "processors.usage.settle": "300ms",

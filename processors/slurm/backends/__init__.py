@@ -6,8 +6,8 @@ import shutil
 from collections.abc import Mapping
 
 from gputally.errors import ConfigError
+from gputally.processors.slurm.config import SlurmConfig
 
-from ..config import SlurmConfig
 from .base import Backend
 from .cli import CliBackend
 from .pyslurm import PyslurmBackend, pyslurm_available, slurm_conf_path

@@ -12,8 +12,8 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable
 
-from ..errors import SlurmError, SlurmUnavailable
-from ..model import JobInfo
+from gputally.processors.slurm.errors import SlurmError, SlurmUnavailable
+from gputally.processors.slurm.model import JobInfo
 
 __all__ = ["Backend", "SlurmError", "SlurmUnavailable", "first"]
 

@@ -19,11 +19,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 
-from ..config import CliConfig
-from ..errors import SlurmError, SlurmUnavailable
-from ..gres import parse_gres_indexes
-from ..hostlist import expand_hostlist
-from ..model import JobInfo
+from gputally.processors.slurm.config import CliConfig
+from gputally.processors.slurm.errors import SlurmError, SlurmUnavailable
+from gputally.processors.slurm.gres import parse_gres_indexes
+from gputally.processors.slurm.hostlist import expand_hostlist
+from gputally.processors.slurm.model import JobInfo
+
 from .base import Backend, first
 from .json_jobs import jobs_from_json, running
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..gres import parse_gres_indexes
-from ..hostlist import expand_hostlist
-from ..model import JobInfo
+from gputally.processors.slurm.gres import parse_gres_indexes
+from gputally.processors.slurm.hostlist import expand_hostlist
+from gputally.processors.slurm.model import JobInfo
 
 __all__ = ["ACTIVE_STATES", "job_from_json", "jobs_from_json", "running"]
 

@@ -20,10 +20,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..config import PyslurmConfig
-from ..errors import SlurmError, SlurmUnavailable
-from ..gres import parse_index_list
-from ..model import JobInfo
+from gputally.processors.slurm.config import PyslurmConfig
+from gputally.processors.slurm.errors import SlurmError, SlurmUnavailable
+from gputally.processors.slurm.gres import parse_index_list
+from gputally.processors.slurm.model import JobInfo
+
 from .base import Backend
 from .json_jobs import running
 

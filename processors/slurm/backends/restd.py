@@ -21,11 +21,11 @@ from typing import Any
 
 import aiohttp
 
-from gputally.tls import client_ssl_context
+from gputally.processors.slurm.config import SlurmrestdConfig
+from gputally.processors.slurm.errors import SlurmError, SlurmUnavailable
+from gputally.processors.slurm.model import JobInfo
+from gputally.tls.client import client_ssl_context
 
-from ..config import SlurmrestdConfig
-from ..errors import SlurmError, SlurmUnavailable
-from ..model import JobInfo
 from .base import Backend, first
 from .json_jobs import job_from_json, jobs_from_json, running
 

@@ -17,11 +17,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gputally.config.loader import format_path
 from gputally.config.types import InputPath
 from gputally.errors import ConfigError
 
-__all__ = ["MAX_CONFIG_BYTES", "MAX_INPUT_BYTES", "check_input_files", "read_input_file"]
+__all__ = ["MAX_CONFIG_BYTES", "MAX_INPUT_BYTES", "check_input_file", "input_paths", "read_input_file"]
 
 MAX_INPUT_BYTES = 1 << 20
 """Largest certificate, key, CA bundle or token file: 1 MiB (a long CA bundle is ~250 KiB)."""
@@ -94,37 +93,15 @@ def check_input_file(path: Path, *, key: str, limit: int = MAX_INPUT_BYTES) -> s
     return None
 
 
-def _input_paths(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], Path]]:
+def input_paths(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], Path]]:
     if isinstance(value, InputPath):
         yield path, value
     elif isinstance(value, BaseModel):
         for name in type(value).model_fields:
-            yield from _input_paths(getattr(value, name), (*path, name))
+            yield from input_paths(getattr(value, name), (*path, name))
     elif isinstance(value, dict):
         for name, item in value.items():
-            yield from _input_paths(item, (*path, name))
+            yield from input_paths(item, (*path, name))
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            yield from _input_paths(item, (*path, index))
-
-
-def check_input_files(config: Any) -> list[str]:
-    """One line per file the config names that ``serve`` could not read: missing, unreadable,
-    a directory, a device, or too large. ``config`` is a :class:`~gputally.config.model.Config`."""
-    from gputally.auth import BearerTokenAuthConfig
-
-    found: list[tuple[tuple[Any, ...], Path]] = []
-    for kind in ("receivers", "processors", "exporters"):
-        for component_id, component in getattr(config, kind).items():
-            found.extend(_input_paths(component.config, (kind, component_id)))
-    found.extend(_input_paths(config.service, ("service",)))
-    for ext_id, ext in config.extensions.items():
-        if isinstance(ext, BearerTokenAuthConfig) and ext.filename is not None:
-            found.append((("extensions", ext_id, "filename"), ext.filename))
-        found.extend(_input_paths(ext, ("extensions", ext_id)))
-    problems = []
-    for key_path, file in found:
-        problem = check_input_file(file, key=format_path(key_path))
-        if problem is not None and problem not in problems:
-            problems.append(problem)
-    return problems
+            yield from input_paths(item, (*path, index))

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, model_validator
 
 __all__ = [
     "AuthSettings",
@@ -19,8 +19,6 @@ __all__ = [
     "Duration",
     "InputFile",
     "InputPath",
-    "QueueSettings",
-    "RetrySettings",
     "ServerTLSSettings",
     "Strict",
     "parse_duration",
@@ -130,34 +128,6 @@ class AuthSettings(Strict):
 
     authenticator: str
     """ID of a ``bearertokenauth`` extension, for example ``bearertokenauth`` or ``bearertokenauth/gpu``."""
-
-
-class RetrySettings(Strict):
-    """``retry_on_failure``: exponential backoff with jitter, as the Collector's exporters do."""
-
-    enabled: bool = True
-    initial_interval: Duration = 5.0
-    """Wait after the first failure."""
-    randomization_factor: float = Field(0.5, ge=0, le=1)
-    """Each wait is drawn from interval * (1 ± factor)."""
-    multiplier: float = Field(1.5, ge=1)
-    """Growth of the interval after each failure."""
-    max_interval: Duration = 30.0
-    """Cap on one wait."""
-    max_elapsed_time: Duration = 300.0
-    """Give up on a batch after this long; 0 retries forever."""
-
-
-class QueueSettings(Strict):
-    """``sending_queue``: batches wait here for the backend; bounded, optionally on disk."""
-
-    enabled: bool = True
-    num_consumers: int = Field(10, ge=1, le=1000)
-    """Batches sent concurrently."""
-    queue_size: int = Field(1000, ge=1, le=10_000_000)
-    """Most batches held; beyond it new data is refused (and counted)."""
-    storage: Path | None = None
-    """Directory that keeps the queue on disk, so a restart loses nothing."""
 
 
 Compression = Literal["gzip", "none", ""]

@@ -16,6 +16,7 @@ import abc
 import enum
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from gputally.config.types import AuthSettings
@@ -24,6 +25,7 @@ from gputally.otlp.batch import Batch, Signal
 
 if TYPE_CHECKING:
     from gputally.auth import BearerTokenAuth
+    from gputally.storage import FileStorageConfig
     from gputally.telemetry import SelfTelemetry
 
 __all__ = [
@@ -256,6 +258,15 @@ class ComponentContext:
     pipelines: Mapping[str, Signal] = field(default_factory=dict)
     """The pipelines that name this component, by ID, with their signal (the debug exporter
     says which pipeline a batch came through)."""
+    storage: Mapping[str, FileStorageConfig] = field(default_factory=dict)
+    """The ``file_storage`` extensions by ID."""
+
+    def storage_directory(self, storage_id: str) -> Path:
+        """The directory of the ``file_storage`` extension a component's ``storage`` key names."""
+        try:
+            return self.storage[storage_id].directory
+        except KeyError:
+            raise ConfigError(f"{self.id}: storage: no file_storage extension {storage_id!r}") from None
 
     def authenticator(self, auth: AuthSettings | None) -> BearerTokenAuth | None:
         if auth is None:

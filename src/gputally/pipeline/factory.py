@@ -13,14 +13,19 @@ them under the entry-point groups ``gputally.receivers``, ``gputally.processors`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from gputally.config.types import Strict
 from gputally.otlp.batch import Signal
 from gputally.pipeline.component import ALL_SIGNALS, ComponentContext, Consumer, Exporter, Processor, Receiver
 
-__all__ = ["AnyFactory", "ExporterFactory", "ProcessorFactory", "ReceiverCreate", "ReceiverFactory"]
+__all__ = ["AnyFactory", "ExporterFactory", "ProcessorFactory", "ReceiverCreate", "ReceiverFactory", "Stability"]
+
+Stability = Literal["development", "alpha", "beta", "stable", "deprecated"]
+"""How far a component is along for one signal, in the Collector's words: ``development`` (not
+for use), ``alpha`` (config may change), ``beta`` (config stable, changes announced), ``stable``,
+``deprecated``."""
 
 ConfigT = TypeVar("ConfigT", bound=Strict)
 ConfigT_contra = TypeVar("ConfigT_contra", bound=Strict, contravariant=True)
@@ -50,6 +55,12 @@ class _Factory(Generic[ConfigT]):
     """The model of its config section (fields are the YAML keys)."""
     signals: frozenset[Signal] = ALL_SIGNALS
     """The pipeline signals it may serve; config validation refuses the others."""
+    stability: Mapping[Signal, Stability] = field(default_factory=dict)
+    """Its stability per signal, as its README states it and ``gputally components`` prints it;
+    a signal it serves but does not list is ``development``."""
+
+    def stability_of(self, signal: Signal) -> Stability:
+        return self.stability.get(signal, "development")
 
     def parse(self, section: object) -> ConfigT:
         """The validated config of one section (an empty section means every default)."""
@@ -81,6 +92,10 @@ class ExporterFactory(_Factory[ConfigT]):
     pipelines that name it."""
 
     create: Callable[[ConfigT, ComponentContext], Exporter]
+    durable: Callable[[ConfigT], bool] | None = None
+    """Whether, with this config, an acknowledged batch survives a crash (kept on disk, or sent
+    before ``export`` returns); None for exporters without a sending queue. Config validation
+    warns when one receiver's data reaches durable and volatile exporters alike."""
 
 
 AnyFactory = ReceiverFactory[Any] | ProcessorFactory[Any] | ExporterFactory[Any]

@@ -16,9 +16,11 @@ from typing import Any, TypeVar
 
 from gputally.auth import BearerTokenAuthConfig
 from gputally.config.types import Strict
+from gputally.errors import ConfigError
+from gputally.storage import FileStorageConfig
 from gputally.pipeline.factory import AnyFactory, ExporterFactory, ProcessorFactory, ReceiverFactory
 
-__all__ = ["EXPORTER_GROUP", "PROCESSOR_GROUP", "RECEIVER_GROUP", "Registry"]
+__all__ = ["EXPORTER_GROUP", "PROCESSOR_GROUP", "RECEIVER_GROUP", "Registry", "load_factory"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,23 @@ def _discover(group: str, kind: type[FactoryT], origins: dict[str, str]) -> dict
     return found
 
 
+def load_factory(group: str, type_name: str, kind: type[FactoryT]) -> FactoryT:
+    """The one factory registered as ``type_name`` in ``group``, loading no other plugin.
+
+    For a caller that needs one component type without the cost of importing every plugin
+    (the node probe builds its exporter this way); a missing or broken registration raises
+    ConfigError."""
+    for entry in entry_points(group=group, name=type_name):
+        try:
+            factory = entry.load()
+        except Exception as exc:
+            raise ConfigError(f"{group} {type_name!r} ({entry.value}) cannot be loaded: {exc}") from exc
+        if isinstance(factory, kind):
+            return factory
+        raise ConfigError(f"{group} {type_name!r} ({entry.value}) is not a gputally {kind.__name__}")
+    raise ConfigError(f"no {group} plugin named {type_name!r} is installed")
+
+
 @dataclass(frozen=True)
 class Registry:
     """Factories by type name, one mapping per component kind."""
@@ -65,12 +84,13 @@ class Registry:
 
     @classmethod
     def discover(cls) -> Registry:
-        origins = {"extensions/bearertokenauth": "gputally.auth (built in)"}
+        origins = {"extensions/bearertokenauth": "gputally.auth (built in)",
+                   "extensions/file_storage": "gputally.storage (built in)"}
         return cls(
             receivers=_discover(RECEIVER_GROUP, ReceiverFactory, origins),
             processors=_discover(PROCESSOR_GROUP, ProcessorFactory, origins),
             exporters=_discover(EXPORTER_GROUP, ExporterFactory, origins),
-            extensions={"bearertokenauth": BearerTokenAuthConfig},
+            extensions={"bearertokenauth": BearerTokenAuthConfig, "file_storage": FileStorageConfig},
             origins=origins,
         )
 
@@ -87,5 +107,8 @@ class Registry:
                 lines.append(f"  - name: {name}")
                 lines.append(f"    module: {self.origins.get(f'{kind}/{name}', 'unknown')}")
                 if not isinstance(made, type):  # a factory, not an extension's config model
-                    lines.append(f"    signals: [{', '.join(sorted(s.value for s in made.signals))}]")
+                    signals = sorted(made.signals, key=lambda s: s.value)
+                    lines.append(f"    signals: [{', '.join(s.value for s in signals)}]")
+                    lines.append("    stability:")
+                    lines.extend(f"      {s.value}: {made.stability_of(s)}" for s in signals)
         return "\n".join(lines) + "\n"

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from gputally.auth import BearerTokenAuth, BearerTokenAuthConfig
-from gputally.config.model import Config, PipelineConfig
+from gputally.storage import FileStorageConfig
 from gputally.errors import ConfigError
 from gputally.otlp.batch import Signal
 from gputally.pipeline.component import (
@@ -22,6 +22,7 @@ from gputally.pipeline.component import (
     Receiver,
     SharedComponents,
 )
+from gputally.pipeline.config import Config, PipelineConfig
 from gputally.pipeline.pipeline import FanOut, Pipeline, Stage
 from gputally.telemetry import SelfTelemetry
 
@@ -52,6 +53,10 @@ class Service:
             if isinstance(ext, BearerTokenAuthConfig)
         }
         """The ``bearertokenauth`` extensions by ID (the admin endpoint uses them too)."""
+        self.storage: dict[str, FileStorageConfig] = {
+            ext_id: ext for ext_id, ext in config.extensions.items() if isinstance(ext, FileStorageConfig)
+        }
+        """The ``file_storage`` extensions by ID."""
         self._shared = SharedComponents()
         self.exporters = self._build_exporters()
         self.pipelines = self._build_pipelines()
@@ -76,6 +81,7 @@ class Service:
             authenticators=self.authenticators,
             shutdown_timeout=self.shutdown_timeout,
             is_ready=lambda: self.ready,
+            storage=self.storage,
         )
 
     def _build_exporters(self) -> dict[str, Exporter]:

@@ -145,7 +145,7 @@ def _client(args: argparse.Namespace) -> Prometheus:
                                     insecure_skip_verify=args.insecure_skip_verify)
         except ValueError:
             raise UsageError("--cert-file and --key-file go together") from None
-        from gputally.tls import client_ssl_context
+        from gputally.tls.client import client_ssl_context
 
         try:
             context = client_ssl_context(tls, key="--ca-file/--cert-file")

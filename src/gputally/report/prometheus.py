@@ -8,7 +8,7 @@ it), VictoriaMetrics. Queries are POSTed as forms, which all of them accept, so 
 
 Why urllib and not aiohttp (a dependency already): ``gputally report`` is a short-lived
 command that asks one question at a time and waits for the answer; urllib does that without
-an event loop, with the standard library's TLS (``ssl.SSLContext`` from `gputally.tls`) and
+an event loop, with the standard library's TLS (``ssl.SSLContext`` from `gputally.tls.client`) and
 errors that name their cause (``ConnectionRefusedError``, ``SSLCertVerificationError``),
 which this module turns into the one-line errors of `errors`.
 """

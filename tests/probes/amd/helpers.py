@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from gputally.probes.amd.mapping import map_amd
-from gputally.probes.model import Cycle, Entity
-from gputally.probes.snapshot_collector import SnapshotCollector
-from gputally.probes.snapshot_replay import SnapshotReplay
+from gputally.probes.core.model import Cycle, Entity
+from gputally.probes.snapshot.collector import SnapshotCollector
+from gputally.probes.snapshot.replay import SnapshotReplay
 from tests.probes.readers import device, values
 
 __all__ = ["DPX", "GPU0", "GPU1", "TWO_GPUS", "cycles", "device", "one", "recording", "values"]

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from gputally.cli import main
+from gputally.cli.main import main
 from gputally.probes.amd.fdinfo import scan_fdinfo
 from gputally.probes.amd.mapping import map_amd
 from gputally.probes.amd.source import AmdsmiSource, load_amdsmi
-from gputally.probes.otlp_shape import OtlpEncoder
-from gputally.probes.snapshot import VendorUnavailable
-from gputally.probes.snapshot_replay import SnapshotRecorder, SnapshotReplay
+from gputally.probes.core.otlp_shape import OtlpEncoder
+from gputally.probes.snapshot.replay import SnapshotRecorder, SnapshotReplay
+from gputally.probes.snapshot.source import VendorUnavailable
 from tests.probes.amd.helpers import DPX, GPU0, GPU1, TWO_GPUS, cycles, device, one, recording, values
 
 MIB = 1024 * 1024
@@ -223,7 +223,7 @@ raise KeyError("libamd_smi.so")
 def test_the_cli_without_rocm_prints_one_line_and_exits_non_zero(tmp_path: Path) -> None:
     (tmp_path / "amdsmi.py").write_text(FAKE_AMDSMI)
     result = subprocess.run(
-        [sys.executable, "-c", "import sys; from gputally.cli import main; sys.exit(main(sys.argv[1:]))",
+        [sys.executable, "-c", "import sys; from gputally.cli.main import main; sys.exit(main(sys.argv[1:]))",
          "probe", "amd", "--once", "--debug"],
         capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
     )

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from gputally.cli import main
+from gputally.cli.main import main
+from gputally.probes.core.model import Cycle
 from gputally.probes.gaudi.mapping import map_gaudi
 from gputally.probes.gaudi.parse import QUERY_FIELDS, parse_csv, parse_processes, parse_rows
 from gputally.probes.gaudi.source import HlSmiSource
-from gputally.probes.model import Cycle
-from gputally.probes.snapshot import VendorUnavailable
-from gputally.probes.snapshot_collector import SnapshotCollector
-from gputally.probes.snapshot_replay import SnapshotReplay
+from gputally.probes.snapshot.collector import SnapshotCollector
+from gputally.probes.snapshot.replay import SnapshotReplay
+from gputally.probes.snapshot.source import VendorUnavailable
 from tests.probes.readers import device, values
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "gaudi" / "gaudi3-two-devices.json"

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from gputally.cli import main
-from gputally.probes import catalog as m
+from gputally.cli.main import main
+from gputally.probes.core import catalog as m
 from gputally.probes.gaudi import nic as gaudi_nic
 from gputally.probes.gaudi.mapping import map_gaudi
 from gputally.probes.gaudi.source import HlSmiSource
-from gputally.probes.snapshot_replay import SnapshotReplay
+from gputally.probes.snapshot.replay import SnapshotReplay
 from tests.probes.gaudi.test_gaudi import ACCEL0, ACCEL1, FIXTURE, FakeHlSmi, cycles, recording
 from tests.probes.readers import device, values
 
@@ -247,7 +247,7 @@ def test_the_readme_gaudi_section_lists_the_port_metrics() -> None:
 
 def test_the_sys_root_option_reaches_the_live_source(tmp_path: Path, sysfs: Path) -> None:
     """``--sys-root /host/sys`` (the host's sysfs mounted into a container) is where ports are read."""
-    from gputally.cli import build_parser
+    from gputally.cli.main import build_parser
     from gputally.probes.gaudi.cli import live_source
 
     binary = tmp_path / "hl-smi"

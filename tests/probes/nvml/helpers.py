@@ -10,7 +10,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from gputally.probes.model import Cycle
+from gputally.probes.core.model import Cycle
 from gputally.probes.nvml.collector import NvmlCollector
 from gputally.probes.nvml.replay import ReplaySource, load_recording
 from tests.probes.readers import device, gpu, pids, process, value, values

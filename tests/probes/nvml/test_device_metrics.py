@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gputally.probes import catalog
-from gputally.probes.model import Kind
+from gputally.probes.core import catalog
+from gputally.probes.core.model import Kind
 from gputally.probes.nvml.readings import field_number
 from gputally.probes.nvml.replay import ReplaySource
 from tests.probes.nvml.helpers import GPU_UUID, TIMESERIES, gpu, recording, run_cycles, value, values

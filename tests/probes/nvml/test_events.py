@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from gputally.probes.model import Severity
+from gputally.probes.core.model import Severity
 from gputally.probes.nvml.errors import NvmlCallFailed
 from gputally.probes.nvml.events import EventPump
 from gputally.probes.nvml.replay import ReplaySource

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gputally.probes.hints import ProcFs
+from gputally.probes.core.hints import ProcFs
 from gputally.probes.nvml.collector import NvmlCollector
 from gputally.probes.nvml.errors import NvmlCallFailed, NvmlUnavailable
 from gputally.probes.nvml.live import NvmlSource

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gputally.probes.model import Cycle
+from gputally.probes.core.model import Cycle
 from gputally.probes.nvml.collector import NvmlCollector
 from gputally.probes.nvml.record import RecordingSource
 from gputally.probes.nvml.replay import ReplaySource, load_recording

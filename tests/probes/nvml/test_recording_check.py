@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gputally.cli import main
+from gputally.cli.main import main
 from gputally.probes.nvml.recording_check import RecordingError, check_recording, read_recording
 from gputally.probes.nvml.replay import ReplaySource, load_recording
 from tests.probes.nvml.helpers import TIMESERIES, TWO_WORKLOADS, recording

@@ -1,0 +1,55 @@
+"""``exporters: otlp:`` (OTLP over gRPC): its keys, and the targets they and the environment make."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import field_validator
+
+from gputally.exporterhelper.otlpconfig import EnvView, OTLPExporterSettings, Target, request_settings
+from gputally.otlp.signals import Signal
+from gputally.util.once import Once
+
+__all__ = ["OTLPGrpcConfig"]
+
+
+class OTLPGrpcConfig(OTLPExporterSettings):
+    """``exporters: otlp:`` — OTLP over gRPC."""
+
+    endpoint: str = "http://localhost:4317"
+    """``host:port`` (TLS unless ``tls.insecure``) or ``http(s)://host:port`` (the scheme decides)."""
+    implementation: Literal["native", "grpcio"] = "native"
+    """gputally's own key (not the Collector's): ``native`` sends from the event loop's thread
+    (:mod:`gputally.h2`, a fraction of grpc.aio's CPU per call); ``grpcio`` sends through
+    grpc.aio, gRPC core's client, as before."""
+
+    @field_validator("endpoint")
+    @classmethod
+    def _not_blank(cls, endpoint: str) -> str:
+        if not endpoint.strip():
+            raise ValueError("must not be empty")
+        return endpoint.strip()
+
+    def targets(self, environ: Mapping[str, str]) -> dict[Signal, Target]:
+        """One target per signal: the keys written here, then the OTEL_EXPORTER_OTLP_* variables
+        in ``environ``, then the defaults."""
+        targets: dict[Signal, Target] = {}
+        warned: Once[str] = Once()
+        for signal in Signal:
+            env = EnvView(environ, signal, warned)
+            endpoint = self.endpoint
+            if "endpoint" not in self.model_fields_set and (found := env.get("ENDPOINT")):
+                endpoint = found[1]
+            scheme, _, rest = endpoint.partition("://")
+            if scheme in ("http", "https") and rest:
+                # The SDKs' URL form: the scheme decides TLS, the path (if any) is meaningless to gRPC.
+                insecure = scheme == "http"
+                endpoint = urlsplit(endpoint).netloc
+            elif "tls" in self.model_fields_set and "insecure" in self.tls.model_fields_set:
+                insecure = self.tls.insecure
+            else:
+                insecure = bool(env.boolean("INSECURE"))
+            targets[signal] = Target(endpoint, *request_settings(self, env, insecure=insecure))
+        return targets
