@@ -2,9 +2,9 @@
 
 Batches go out as the bytes they arrived as: a generic unary call with no serializer posts
 ``batch.serialize()`` to ``/opentelemetry.proto.collector.<signal>.v1.<Service>/Export``,
-through the native transport (:mod:`.grpc_native`, the default) or, with ``implementation:
+through the native transport (:mod:`.native`, the default) or, with ``implementation:
 grpcio``, through grpc.aio (:class:`GrpcTransport`, here). Status codes are classified as the
-OTLP specification says (:mod:`.grpc_errors`).
+OTLP specification says (:mod:`.channels`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The probe's loop: collect every interval, print (``--debug``) and/or export, stop on SIGTERM.
 
-Delivery goes through the server's own exporters (:mod:`gputally.exporters`): the same bounded
+Delivery goes through the server's own ``otlp``/``otlphttp`` exporter, found by type in the
+registry (:mod:`gputally.probes.delivery`): the same bounded
 queue (optionally on disk), retry with backoff and OTLP status handling, so a receiver restart
 costs nothing but a delay. A full queue refuses the cycle's data, which is logged (once until
 delivery recovers) and counted by the exporter; the loop never waits on the network. What

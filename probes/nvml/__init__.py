@@ -7,6 +7,6 @@
                        modules device_metrics, process_metrics, gpm, events (the core catalog
                        names them)
 
-The core (:mod:`gputally.probes`) does the rest for every vendor: allocations, OTLP shape, the
+The vendor-neutral core (:mod:`gputally.probes.core`, :mod:`gputally.probes.delivery`) does the rest for every vendor: allocations, OTLP shape, the
 runner and delivery.
 """

@@ -13,6 +13,7 @@ __all__ = ["factory"]
 factory: ProcessorFactory[BatchConfig] = ProcessorFactory(
     type_name="batch", config=BatchConfig, create=create, signals=frozenset(Signal),
     stability={Signal.METRICS: "alpha", Signal.LOGS: "alpha", Signal.TRACES: "alpha"},
+    holds_data=True,  # joins requests and releases them on its timer
     mutates_data=False,  # joins received bytes into new batches
 )
 """Registered under the ``gputally.processors`` entry point ``batch``."""

@@ -15,43 +15,16 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from gputally.config.types import AuthSettings, Duration, ServerTLSSettings, Strict
+from gputally.endpoint import check_endpoint
 
-__all__ = ["GRPCSettings", "HTTPSettings", "OTLPReceiverConfig", "Protocols", "split_endpoint"]
+__all__ = ["GRPCSettings", "HTTPSettings", "OTLPReceiverConfig", "Protocols"]
 
 _MIB = 1024 * 1024
-_HOST_PORT = re.compile(r"^(?:\[(?P<ipv6>[0-9A-Fa-f:.%\w]+)\]|(?P<host>[^:\[\]\s]*)):(?P<port>\d{1,5})$")
-
-
-def split_endpoint(endpoint: str) -> tuple[str, int]:
-    """``(host, port)`` of a ``host:port`` endpoint; an empty host means every interface.
-
-    IPv6 hosts are written in brackets (``[::1]:4317``), as in Go and gRPC.
-    """
-    match = _HOST_PORT.match(endpoint)
-    if match is None:
-        raise ValueError(
-            f"{endpoint!r} is not host:port (for example 'localhost:4317', '0.0.0.0:4317' or '[::1]:4317')"
-        )
-    port = int(match["port"])
-    if port > 65535:
-        raise ValueError(f"{endpoint!r}: port {port} is above 65535")
-    return match["ipv6"] or match["host"], port
-
-
-def _check_endpoint(value: str, *, allow_unix: bool) -> str:
-    value = value.strip()
-    if allow_unix and value.startswith("unix:"):
-        if not value.removeprefix("unix:").lstrip("/"):
-            raise ValueError(f"{value!r}: a unix socket endpoint needs a path, as in 'unix:///run/gputally/otlp.sock'")
-        return value
-    split_endpoint(value)
-    return value
 
 
 class GRPCSettings(Strict):
@@ -73,7 +46,7 @@ class GRPCSettings(Strict):
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, value: str) -> str:
-        return _check_endpoint(value, allow_unix=True)
+        return check_endpoint(value, allow_unix=True)
 
     @property
     def max_recv_bytes(self) -> int:
@@ -103,7 +76,7 @@ class HTTPSettings(Strict):
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, value: str) -> str:
-        return _check_endpoint(value, allow_unix=False)
+        return check_endpoint(value, allow_unix=False)
 
 
 class Protocols(Strict):

@@ -16,9 +16,8 @@ from grpc_status import rpc_status
 from gputally.errors import ConfigError
 from gputally.otlp.signals import SIGNALS, Signal
 
-from .config import split_endpoint
 from .grpc_export import CORE_LIMIT_FACTOR, GRPCListener, export
-from .net import bind_problem, host_port
+from gputally.endpoint import bind_problem, host_port, split_endpoint
 from .status import Failure
 
 __all__ = ["GrpcioServer"]

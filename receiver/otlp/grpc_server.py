@@ -19,9 +19,8 @@ from gputally.h2 import GrpcError, Metadata, Method, Server, parse_target
 from gputally.h2.server import UnaryHandler
 from gputally.otlp.signals import SIGNALS, Signal
 
-from .config import split_endpoint
 from .grpc_export import CORE_LIMIT_FACTOR, GRPCListener, export
-from .net import describe_bind_error, host_port
+from gputally.endpoint import describe_bind_error, host_port, split_endpoint
 from .status import Failure
 
 __all__ = ["GRPCServer"]

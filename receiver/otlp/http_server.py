@@ -23,11 +23,11 @@ from gputally.otlp.batch import Batch
 from gputally.otlp.signals import SIGNALS, Signal
 from gputally.tls.server import ServerTLS
 
-from .config import HTTPSettings, split_endpoint
+from .config import HTTPSettings
 from .http_guard import LimitedTCPSite, MalformedRequests
 from .intake import Intake
 from .json_enums import check_enum_names
-from .net import describe_bind_error, host_port
+from gputally.endpoint import describe_bind_error, host_port, split_endpoint
 from .status import Failure
 
 __all__ = ["HTTPServer"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,6 +102,12 @@ def test_version_flag_bare_command_and_components(capsys: pytest.CaptureFixture[
                        ("extensions", "bearertokenauth")):
         assert f"{kind}:\n" in out and f"  - name: {name}\n" in out
     assert "    module: gputally.processors.usage:factory (entry point, gputally " in out
+    # each pipeline component's stability per signal, as its factory (and README) states it
+    assert re.search(r"  - name: usage\n    module: [^\n]*\n    signals: \[logs, metrics\]\n"
+                     r"    stability:\n      logs: alpha\n      metrics: alpha\n", out)
+    receiver = out[out.index("receivers:\n"):out.index("processors:\n")]
+    assert "      metrics: beta\n      traces: beta\n" in receiver
+    assert "  - name: file_storage\n    module: gputally.storage (built in)\n" in out
 
 
 def test_serve_help_lists_the_endpoint_variables() -> None:

@@ -36,8 +36,8 @@ from harness.prometheus.server import Binaries, Prometheus
 from harness.slurm.cluster import SlurmCluster
 
 from tests.dashboards import grafana
-from tests.usage.scenario import Placed, fed_prometheus
-from tests.usage.series import readings
+from tests.processors.usage.scenario import Placed, fed_prometheus
+from tests.processors.usage.series import readings
 
 PRICE_PER_GPU_HOUR = 4.0
 PRICE_PER_KWH = 0.25

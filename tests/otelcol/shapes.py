@@ -204,7 +204,7 @@ async def replay_requests(recording: Mapping[str, Any], cycles: int, node: str, 
                           pod_resources: Path | None = None) -> list[ExportMetricsServiceRequest]:
     """What the NVIDIA probe sends for the first ``cycles`` snapshots of a recording.
 
-    ``pod_resources``: the node's kubelet socket (a `tests.k8s.kubelet.Kubelet` serving it):
+    ``pod_resources``: the node's kubelet socket (a `tests.processors.k8s.kubelet.Kubelet` serving it):
     the probe asks it every cycle and its GPUs carry their holders, as ``--pod-resources``
     makes the real probe do (the runner's two steps, :mod:`gputally.probes.core.allocations`)."""
     source = ReplaySource(copy.deepcopy(dict(recording)))

@@ -28,7 +28,7 @@ from harness.otelcol.collector import Otelcol
 from harness.processes import free_port
 from harness.slurm.cluster import SlurmCluster
 
-from tests.k8s.kubelet import Kubelet, kubelet_socket
+from tests.processors.k8s.kubelet import Kubelet, kubelet_socket
 from tests.otelcol.shapes import (
     K8S_ADDED,
     METRICS_EXPORT,

@@ -22,7 +22,7 @@ from harness.kube.cluster import KubeCluster, create_node, create_pod, create_st
 from harness.otelcol.collector import Otelcol
 from harness.processes import free_port
 
-from tests.k8s.test_podresources import Kubelet, serve
+from tests.processors.k8s.test_podresources import Kubelet, serve
 from tests.otelcol.shapes import (
     K8S_ADDED,
     METRICS_EXPORT,

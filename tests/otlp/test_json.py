@@ -10,7 +10,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from gputally.errors import InvalidRequest
 from gputally.otlp import json as otlp_json
-from tests.receiver.helpers import PARENT_ID, SPAN_ID, TRACE_ID, traces_request
+from tests.receiver.otlp.helpers import PARENT_ID, SPAN_ID, TRACE_ID, traces_request
 
 
 def test_snake_case_keys_and_unknown_fields_are_accepted() -> None:

@@ -17,7 +17,7 @@ from gputally.otlp.signals import Signal
 from gputally.otlp.skeleton import number_spans
 from tests.fuzz.strategies import REQUESTS, damaged
 from tests.otlp.test_templates import _provable, next_cycle
-from tests.usage.test_layout import probe_series  # noqa: F401  (a fixture)
+from tests.processors.usage.test_layout import probe_series  # noqa: F401  (a fixture)
 
 
 def verdict(decode: Any, raw: bytes) -> tuple[int, int, str] | str:

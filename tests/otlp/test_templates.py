@@ -15,7 +15,7 @@ from gputally.otlp.splice import METRIC_KINDS, append_to_records
 from gputally.otlp.templates import Templates
 from tests.fuzz.strategies import REQUESTS
 from tests.otlp.test_splice import _POINTS
-from tests.usage.series import probe_requests, recording
+from tests.processors.usage.series import probe_requests, recording
 
 
 def _blob(klass: type[Any]) -> bytes:

@@ -23,7 +23,7 @@ from gputally.probes.core.otlp_shape import OtlpEncoder
 from gputally.probes.core.runner import ProbeOptions, Runner
 from gputally.probes.nvml.replay import ReplaySource
 from gputally.proto.podresources.v1 import api_pb2
-from tests.k8s.kubelet import Kubelet, kubelet_socket, serve
+from tests.processors.k8s.kubelet import Kubelet, kubelet_socket, serve
 from tests.probes.nvml.helpers import (
     GPU_UUID,
     MIG_A,

@@ -14,7 +14,7 @@ from harness.prometheus.server import Binaries
 from harness.slurm.cluster import SlurmCluster
 
 from tests.report.support import USAGE, Fed
-from tests.usage.scenario import fed_prometheus
+from tests.processors.usage.scenario import fed_prometheus
 
 
 @pytest.fixture(scope="package")

@@ -13,7 +13,7 @@ from typing import Any
 from harness.prometheus.server import Prometheus
 
 from gputally.cli.main import main
-from tests.usage.scenario import Placed
+from tests.processors.usage.scenario import Placed
 
 PRICE_PER_GPU_HOUR = 3.5
 ENERGY_PRICE_PER_KWH = 0.2

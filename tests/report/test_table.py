@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from tests.report.support import CURRENCY, Fed, report
-from tests.usage.series import Counters
+from tests.processors.usage.series import Counters
 
 FIELDS = {"allocated_gpu_hours": ("allocated", 3600), "busy_gpu_hours": ("busy", 3600),
           "idle_gpu_hours": ("idle", 3600), "energy_kwh": ("energy", 3.6e6)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from tests.report.support import CURRENCY, Fed, report
-from tests.usage.series import GPU, readings
+from tests.processors.usage.series import GPU, readings
 
 GIB = 2**30
 

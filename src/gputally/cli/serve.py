@@ -140,7 +140,7 @@ def _serve_workers(path: ConfigSources | Path | None, workers: int) -> int:
     The kernel spreads connections (not requests) across processes, so senders need
     several connections for the load to spread. Each worker is a complete service with
     its own queues: give each persistent queue its own directory
-    (``storage: /var/lib/gputally/queue-${env:GPUTALLY_WORKER}``). Each worker expands the
+    (``file_storage: {directory: /var/lib/gputally/queue-${env:GPUTALLY_WORKER}}``). Each worker expands the
     config itself, after ``GPUTALLY_WORKER`` is set to its number.
     """
     children: dict[int, int] = {}

@@ -33,7 +33,7 @@ __all__ = [
     "WRITTEN_PREFIXES",
 ]
 
-# --- read: what the probe sends (see probes/hints.py and probes/collector.py) -------------
+# --- read: what the probe sends (see probes/core/hints.py and probes/core/collector.py) -------------
 HW_ID = "hw.id"
 """GPU UUID (``GPU-...``), MIG device UUID (``MIG-...``) or another vendor's device id."""
 HW_NAME = "hw.name"
@@ -52,7 +52,7 @@ PROCESS_START = "process.creation.time"
 """ISO 8601 start time: with the pid, identifies a process even after its pid is reused."""
 PODRESOURCES_HOLDERS = "gputally.k8s.podresources.holders"
 """On a GPU or MIG device: what the kubelet's PodResources API said on the node (the probe
-read it, see probes/allocations.py), a sorted array of ``namespace/pod/container/resource``.
+read it, see probes/core/allocations.py), a sorted array of ``namespace/pod/container/resource``.
 Empty: the kubelet was asked and nobody holds the device; absent: nothing is known."""
 
 # --- written -------------------------------------------------------------------------

@@ -28,20 +28,7 @@ if TYPE_CHECKING:
     from gputally.storage import FileStorageConfig
     from gputally.telemetry import SelfTelemetry
 
-__all__ = [
-    "ALL_SIGNALS",
-    "Component",
-    "ComponentContext",
-    "Consumer",
-    "Exporter",
-    "FailurePolicy",
-    "Processor",
-    "ProcessorFailed",
-    "Receiver",
-    "RuntimeProcessor",
-    "SharedComponents",
-    "SharedRuntime",
-]
+__all__ = ["ALL_SIGNALS", "Component", "ComponentContext", "Consumer", "Exporter", "FailurePolicy", "InlinePipeline", "Processor", "ProcessorFailed", "Receiver", "RuntimeProcessor", "SharedComponents", "SharedRuntime"]
 
 ALL_SIGNALS = frozenset(Signal)
 
@@ -92,6 +79,18 @@ class Consumer(Protocol):
 
     async def consume(self, batch: Batch) -> None:
         """Take ``batch``; raise :class:`gputally.errors.Refused` to push back on the sender."""
+
+
+class InlinePipeline(Protocol):
+    """A pipeline as an in-line receiver (``bridge``) uses it: run a batch through the
+    processors and get back what comes out, exporting none of it."""
+
+    id: str
+    signal: Signal
+
+    async def process(self, batch: Batch) -> Batch | None:
+        """What the processors make of ``batch``; None when they dropped all of it. Raises
+        :class:`gputally.errors.Refused` when a stage pushes back."""
 
 
 class Receiver(Component):
@@ -260,6 +259,8 @@ class ComponentContext:
     says which pipeline a batch came through)."""
     storage: Mapping[str, FileStorageConfig] = field(default_factory=dict)
     """The ``file_storage`` extensions by ID."""
+    inline: Mapping[str, InlinePipeline] = field(default_factory=dict)
+    """For an in-line receiver (its factory's ``inline``): the pipelines it feeds, by ID."""
 
     def storage_directory(self, storage_id: str) -> Path:
         """The directory of the ``file_storage`` extension a component's ``storage`` key names."""

@@ -246,6 +246,29 @@ def _pipeline_problems(
         ("exporters", top.exporters, pipeline.exporters),
     ):
         problems.extend(_reference_problems(f"{where}.{kind}", kind, ids, declared, built[kind], signal))
+    problems.extend(_inline_problems(where, pipeline, built))
+    return problems
+
+
+def _inline_problems(where: str, pipeline: PipelineConfig, built: Mapping[str, Mapping[str, Component[Any]]]) -> list[str]:
+    """A pipeline fed by an in-line receiver (``bridge``) answers the caller with its output:
+    only in-line receivers feed it, and no processor of it holds requests for later."""
+    receivers = [(r, built["receivers"].get(r)) for r in pipeline.receivers]
+    inline = [r for r, c in receivers if c is not None and c.factory.inline]
+    if not inline:
+        return []
+    problems = [
+        f"{where}.receivers: {r!r} cannot share a pipeline with {inline[0]!r}, which answers its caller with the "
+        "pipeline's output; give it a pipeline of its own"
+        for r, c in receivers if c is not None and not c.factory.inline
+    ]
+    for index, processor_id in enumerate(pipeline.processors):
+        component = built["processors"].get(processor_id)
+        if component is not None and component.factory.holds_data:
+            problems.append(
+                f"{where}.processors[{index}]: {processor_id!r} holds requests to release them later, so in a pipeline "
+                f"of {inline[0]!r} its data would bypass the caller; remove it (batch in the Collector, after the "
+                "gputally processor)")
     return problems
 
 

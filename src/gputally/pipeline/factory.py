@@ -72,6 +72,11 @@ class ReceiverFactory(_Factory[ConfigT]):
     """Builds a receiver: ``create(config, context, consumers, reuse_port=...)``."""
 
     create: ReceiverCreate[ConfigT]
+    inline: bool = False
+    """Whether it answers each request with what its pipeline made of it (the ``bridge``
+    receiver), instead of handing it on to the pipeline's exporters. It finds its pipelines in
+    :attr:`ComponentContext.inline`; config validation keeps processors that hold data out of
+    them and other receivers from feeding them."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +84,10 @@ class ProcessorFactory(_Factory[ConfigT]):
     """Builds a processor: ``create(config, context, signal)``, one instance per pipeline."""
 
     create: Callable[[ConfigT, ComponentContext, Signal], Processor]
+    holds_data: bool = False
+    """Whether :meth:`Processor.process` may keep a request to release it later from
+    :meth:`Processor.flush` (``batch``): refused in pipelines whose receiver answers in line,
+    since what it holds would reach the exporters instead of the caller."""
     mutates_data: bool
     """Whether :meth:`Processor.process` changes the batch it is given in place (the Collector's
     ``MutatesData`` capability). A receiver feeding several pipelines hands the same batch to

@@ -97,19 +97,39 @@ class Pipeline:
         """Process and export ``batch``; raises Refused when a stage pushes back."""
         await self._run(batch, 0)
 
+    async def process(self, batch: Batch) -> Batch | None:
+        """What the processors make of ``batch``, exported nowhere: an in-line receiver
+        (``bridge``) answers its caller with it. None when a stage dropped all of it; raises
+        Refused when a stage pushes back. Data the processors create later (``usage``'s
+        counters and events, from their flush timers) still goes to the pipeline's exporters.
+
+        Config validation keeps processors that hold requests out of these pipelines, so what
+        a stage returns is all there is of the request."""
+        for stage in self.stages:
+            result = await self._process(stage, batch)
+            if result is None:
+                return None
+            stage.metrics.outgoing[self.signal].inc(result.items)
+            batch = result
+        return batch
+
+    async def _process(self, stage: Stage, batch: Batch) -> Batch | None:
+        """One stage's ``process``, counted and timed, its failure policy applied."""
+        stage.metrics.incoming[self.signal].inc(batch.items)
+        started = time.perf_counter()
+        try:
+            return await stage.processor.process(batch)
+        except Refused:
+            raise
+        except Exception:
+            return self._failed(stage, batch)  # the processor's policy: pass, drop or refuse
+        finally:
+            stage.metrics.seconds.inc(time.perf_counter() - started)
+
     async def _run(self, batch: Batch, first: int) -> None:
         for index in range(first, len(self.stages)):
             stage = self.stages[index]
-            stage.metrics.incoming[self.signal].inc(batch.items)
-            started = time.perf_counter()
-            try:
-                result = await stage.processor.process(batch)
-            except Refused:
-                raise
-            except Exception:
-                result = self._failed(stage, batch)  # the processor's policy: pass, drop or refuse
-            finally:
-                stage.metrics.seconds.inc(time.perf_counter() - started)
+            result = await self._process(stage, batch)
             deferring = index in self._deferring
             receipt = stage.processor.receipt(batch) if deferring else None
             if result is not None:

@@ -6,6 +6,7 @@ reverse, so nothing ever drains into a stage that has already stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
@@ -120,9 +121,12 @@ class Service:
             if not consumers:
                 log.warning("receiver %s is in no pipeline; not started", receiver_id)
                 continue
+            context = self._context(receiver_id)
+            if component.factory.inline:
+                inline = {pid: self.pipelines[pid] for pid in context.pipelines}
+                context = dataclasses.replace(context, inline=inline)
             receivers[receiver_id] = _create(
-                component.factory.create, component.config, self._context(receiver_id), consumers,
-                reuse_port=reuse_port,
+                component.factory.create, component.config, context, consumers, reuse_port=reuse_port,
             )
         return receivers
 

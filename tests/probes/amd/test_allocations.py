@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.k8s.kubelet import Kubelet, debug_gpus_beside
+from tests.processors.k8s.kubelet import Kubelet, debug_gpus_beside
 from tests.probes.amd.helpers import TWO_GPUS
 
 

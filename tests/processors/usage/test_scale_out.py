@@ -1,0 +1,118 @@
+"""Scale-out with usage accounting, as shipped in collector-config/scale-out/:
+
+    the time series of 6 nodes --> otelcol (loadbalancing by host.name) --> two gputally
+        replicas (k8s + usage) --> the same otelcol --> its backend (a file exporter)
+
+A GPU's processes must reach the replica that integrates the GPU, or its busy time and energy
+cannot be split among them: routing by ``host.name`` keeps each node's resources together.
+Each GPU's counters come from exactly one replica (its ``service.instance.id``), and equal the
+split rules applied to what its node sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+from harness.kube.cluster import KubeCluster
+from harness.otelcol.collector import Otelcol
+from harness.processes import free_port
+
+from tests.otelcol.shapes import (
+    METRICS_EXPORT,
+    GputallyProcess,
+    file_backend,
+    file_resources,
+    metrics_of,
+    override,
+    points_of,
+    shipped,
+    wait_until,
+)
+from tests.processors.usage.series import expected, probe_requests, readings, recording
+
+NODES = 6
+
+
+def node_recording(n: int) -> dict[str, Any]:
+    data = recording()
+    data["device"]["uuid"] = f"GPU-5e86e41f-8e3f-625d-d1ef-5e02519df6{n:02d}"
+    return data
+
+
+async def test_each_gpu_is_counted_whole_by_one_replica(
+    otelcol: Callable[..., Otelcol], kube_cluster: KubeCluster, tmp_path: Path,
+) -> None:
+    base = 1_800_000_000 * 10**9
+    per_node = {f"gpu-{n:02d}": await probe_requests(node_recording(n), base_ns=base, node=f"gpu-{n:02d}")
+                for n in range(NODES)}
+    out = tmp_path / "backend.json"
+    front_port, return_port = free_port(), free_port()
+    replica_ports = [free_port(), free_port()]
+    replicas = [
+        GputallyProcess(override(shipped("scale-out", "gputally.yaml"), {
+            "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{port}",
+            "processors.k8s.kubeconfig": str(kube_cluster.limited_kubeconfig),
+            "extensions.file_storage.directory": str(tmp_path / f"usage-{n}"),
+            "processors.usage.instance_id": f"replica-{n}",
+            "processors.usage.emit_interval": "1s",
+            "processors.usage.settle": "300ms",
+            "service.telemetry.metrics.address": f"127.0.0.1:{free_port()}",
+        }), tmp_path / f"replica-{n}", name=f"replica-{n}", env={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{return_port}",
+        })
+        for n, port in enumerate(replica_ports)
+    ]
+    for replica, port in zip(replicas, replica_ports, strict=True):
+        replica.start(port)  # before the collector, whose first connections would otherwise back off
+    otelcol(file_backend(override(shipped("scale-out", "otelcol.yaml"), {
+        "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{front_port}",
+        "receivers.otlp/gputally.protocols.grpc.endpoint": f"127.0.0.1:{return_port}",
+        "exporters.loadbalancing.resolver": {"static": {"hostnames": [f"127.0.0.1:{p}" for p in replica_ports]}},
+    }), out, ["metrics/attributed", "logs"]), wait_for=front_port, name="front")
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{front_port}") as channel:
+            export = channel.unary_unary(METRICS_EXPORT)
+            for cycle in range(len(next(iter(per_node.values())))):  # the nodes' cycles interleaved, as they come
+                for requests in per_node.values():
+                    await export(requests[cycle].SerializeToString(), timeout=10)
+        await wait_until(lambda: len({a.get("host.name") for a, _ in file_resources(out) if "process.pid" in a}) == NODES,
+                         "every node's data back from the replicas")
+        await asyncio.sleep(1.0)  # the last samples settle
+    finally:
+        for replica in replicas:
+            assert await asyncio.to_thread(replica.stop) == 0, replica.log_tail()
+
+    def counted() -> dict[str, dict[str, dict[str, float]]]:
+        """hw.id -> replica -> the newest busy time of the processes nobody could name (no pods exist)."""
+        found: dict[str, dict[str, dict[str, float]]] = {}
+        for attributes, rm in file_resources(out):
+            if attributes.get("gputally.usage.owner.id") != "unattributed":
+                continue
+            for metric in metrics_of(rm):
+                if metric["name"] == "gputally.usage.busy.time":
+                    for point in points_of(metric):
+                        by = found.setdefault(attributes["hw.id"], {}).setdefault(attributes["service.instance.id"], {})
+                        at = int(point["timeUnixNano"])
+                        if at >= by.get("at", 0):
+                            by.update(at=at, busy=float(point["asDouble"]))
+        return found
+
+    await wait_until(lambda: len(counted()) == NODES, "every GPU's counters at the backend")
+    found = counted()
+    replicas_used = set()
+    for node, requests in per_node.items():
+        series = readings(requests)
+        want = expected(series, owner_of=lambda pid: "unattributed", holders=[])["unattributed"]["busy"]
+        hw_id = node_recording(int(node[-2:]))["device"]["uuid"]
+        (replica, got), = found[hw_id].items()  # one replica counted this GPU, and nobody else
+        replicas_used.add(replica)
+        assert math.isclose(got["busy"], want, rel_tol=1e-9), (node, got, want)
+    assert replicas_used <= {"replica-0", "replica-1"}
+    stray = [a for a, _ in file_resources(out) if a.get("gputally.usage.owner.id") == "unattributed"
+             and a.get("hw.id") not in found]
+    assert not stray
