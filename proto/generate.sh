@@ -31,7 +31,8 @@ mkdir -p "$tools/bin"
 
 # --- Python ----------------------------------------------------------------------------------
 py=$tools/venv/bin/python
-if ! "$py" -m pip show grpcio-tools 2>/dev/null | grep -qx "Version: $GRPCIO_TOOLS_VERSION"; then
+tools_version=$("$py" -c 'import importlib.metadata as m; print(m.version("grpcio-tools"))' 2>/dev/null || true)
+if [[ $tools_version != "$GRPCIO_TOOLS_VERSION" ]]; then
     echo "generate.sh: installing grpcio-tools $GRPCIO_TOOLS_VERSION into $tools/venv" >&2
     python3 -m venv "$tools/venv"
     "$py" -m pip install -q "grpcio-tools==$GRPCIO_TOOLS_VERSION"
