@@ -167,8 +167,7 @@ func must(err error) {
 
 // pipe is one signal's processor, started, in front of a sink.
 type pipe struct {
-	signal string
-	proc   component.Component
+	proc component.Component
 	// consume sends a batch of `resources` resources with one item each, resource i named "r<i>".
 	consume func(ctx context.Context, resources int) error
 	// delivered is the resource attributes of everything the sink received.
@@ -185,7 +184,7 @@ func newPipe(t *testing.T, signal string, cfg *Config) *pipe {
 	set := processortest.NewNopSettings(componentType)
 	set.TelemetrySettings = tel.NewTelemetrySettings()
 	ctx := context.Background()
-	p := &pipe{signal: signal, tel: tel}
+	p := &pipe{tel: tel}
 	switch signal {
 	case "metrics":
 		sink := new(consumertest.MetricsSink)
