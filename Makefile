@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 # Go builds the test-only binaries (kube-apiserver, etcd); the machines carry it in /usr/local/go.
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: serve test typecheck importcheck venv harness bench clean
+.PHONY: serve test typecheck importcheck venv harness go-test bench clean
 
 # Two stamps: `make serve` installs gputally and its runtime dependencies only; the test
 # extras (pytest, hypothesis, ruff) come with the first `make test`.
@@ -39,11 +39,16 @@ harness:
 	sh tests/harness/image/setup.sh
 	sh tests/harness/systemd/setup.sh
 
-test: venv harness
+test: venv harness go-test
 	$(BIN)/ruff check --no-cache .
 	$(BIN)/python .ci/importcheck.py
 	$(BIN)/python .ci/typecheck.py
 	$(BIN)/python -m pytest
+
+# The Collector-side bridge processor (its own Go module): vet and unit tests, with the Go in
+# /usr/local/go only (no toolchain download); the first run fetches its modules from the proxy.
+go-test:
+	cd collector/gputallyprocessor && GOTOOLCHAIN=local go vet ./... && GOTOOLCHAIN=local go test ./...
 
 # mypy on the package as installed (gputally.*); see .ci/typecheck.py for why not on the tree.
 typecheck: venv

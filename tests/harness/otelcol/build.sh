@@ -13,9 +13,11 @@
 #       bin/builder                    ocb
 #       <version>/otelcol-gputally-test the collector, with its generated sources and a stamp
 #
-# The stamp hashes builder.yaml and this script, so a change to either rebuilds and an
-# unchanged tree returns at once. Network use is the Go module proxy only; the Go toolchain
-# is never downloaded (GOTOOLCHAIN=local). Output on stdout is one line: OTELCOL=...
+# The stamp hashes builder.yaml, this script and the sources of gputally's own processor
+# (collector/gputallyprocessor, without its tests and docs), so a change to any of them
+# rebuilds and an unchanged tree returns at once. Network use is the Go module proxy only;
+# the Go toolchain is never downloaded (GOTOOLCHAIN=local). Output on stdout is one line:
+# OTELCOL=...
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,7 +41,14 @@ fi
 cache_root=${GPUTALLY_CACHE:-${HOME:?HOME is unset}/.cache/gputally}
 base=$cache_root/otelcol
 dest=$base/$version
-stamp=$(cat "$manifest" "$here/build.sh" "$here/../cached_build.sh" | sha256sum | cut -c1-32)
+processor=collector/gputallyprocessor   # built from the checkout (the manifest's replace)
+# What goes into the binary, by path relative to the checkout, so two checkouts of one tree
+# share a build: Go sources, go.mod and go.sum, generated code; not tests, testdata or docs.
+processor_sources() {
+    (cd "$repo" && find "$processor" -type f ! -name '*_test.go' ! -path '*/testdata/*' ! -name '*.md' |
+        LC_ALL=C sort | xargs sha256sum)
+}
+stamp=$( { cat "$manifest" "$here/build.sh" "$here/../cached_build.sh"; processor_sources; } | sha256sum | cut -c1-32)
 
 print_result() { echo "OTELCOL=$dest/$name"; }
 up_to_date() { [[ -x $dest/$name && -f $dest/stamp && $(<"$dest/stamp") == "$stamp" ]]; }
@@ -59,8 +68,12 @@ fi
 tmp=$(mktemp -d "$base/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 # ocb takes the output path only from the manifest: build from a copy pointed at $tmp.
-sed "s#^\\(  output_path:\\).*#\\1 $tmp#" "$manifest" >"$tmp/builder.yaml"
+# Likewise the processor's replace: ocb resolves a relative path from its output folder, so
+# the copy names the checkout's folder absolutely.
+sed -e "s#^\\(  output_path:\\).*#\\1 $tmp#" \
+    -e "s#=> \\.\\./$processor\$#=> $repo/$processor#" "$manifest" >"$tmp/builder.yaml"
 grep -q "^  output_path: $tmp\$" "$tmp/builder.yaml" || { echo "build.sh: no dist.output_path line in $manifest" >&2; exit 1; }
+grep -q "=> $repo/$processor\$" "$tmp/builder.yaml" || { echo "build.sh: no replace of ../$processor in $manifest" >&2; exit 1; }
 
 echo "build.sh: building $name $version with $(go env GOVERSION) into $dest" >&2
 # ocb generates main.go, components.go and go.mod, then runs `go mod tidy`, which also loads

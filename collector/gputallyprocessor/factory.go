@@ -1,0 +1,77 @@
+// Copyright gputally authors
+// SPDX-License-Identifier: Apache-2.0
+
+// Package gputallyprocessor is a Collector processor that hands each batch to gputally's
+// bridge (proto/bridge in the gputally repository: one unary gRPC call per batch), which runs
+// one of its pipelines on it, and continues the Collector's pipeline with the answer.
+package gputallyprocessor // import "github.com/gputally/gputally/collector/gputallyprocessor"
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/config/configgrpc"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/collector/processor/processorhelper"
+)
+
+var componentType = component.MustNewType("gputally")
+
+const (
+	stability                = component.StabilityLevelAlpha
+	defaultTimeout           = 5 * time.Second
+	defaultMaxMessageSizeMiB = 64
+)
+
+// NewFactory returns the factory of the `gputally` processor.
+func NewFactory() processor.Factory {
+	return processor.NewFactory(
+		componentType,
+		createDefaultConfig,
+		processor.WithMetrics(createMetrics, stability),
+		processor.WithLogs(createLogs, stability),
+		processor.WithTraces(createTraces, stability),
+	)
+}
+
+func createDefaultConfig() component.Config {
+	return &Config{
+		ClientConfig:      configgrpc.NewDefaultClientConfig(),
+		Timeout:           defaultTimeout,
+		OnError:           OnErrorPass,
+		MaxMessageSizeMiB: defaultMaxMessageSizeMiB,
+	}
+}
+
+// The answer is a new batch and the input is left alone, so the processor does not mutate
+// data: a fan-out before it need not copy.
+var capabilities = processorhelper.WithCapabilities(consumer.Capabilities{MutatesData: false})
+
+func createMetrics(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics) (processor.Metrics, error) {
+	b, err := newBridge(set, cfg.(*Config))
+	if err != nil {
+		return nil, err
+	}
+	return processorhelper.NewMetrics(ctx, set, cfg, next, b.processMetrics,
+		processorhelper.WithStart(b.start), processorhelper.WithShutdown(b.shutdown), capabilities)
+}
+
+func createLogs(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Logs) (processor.Logs, error) {
+	b, err := newBridge(set, cfg.(*Config))
+	if err != nil {
+		return nil, err
+	}
+	return processorhelper.NewLogs(ctx, set, cfg, next, b.processLogs,
+		processorhelper.WithStart(b.start), processorhelper.WithShutdown(b.shutdown), capabilities)
+}
+
+func createTraces(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Traces) (processor.Traces, error) {
+	b, err := newBridge(set, cfg.(*Config))
+	if err != nil {
+		return nil, err
+	}
+	return processorhelper.NewTraces(ctx, set, cfg, next, b.processTraces,
+		processorhelper.WithStart(b.start), processorhelper.WithShutdown(b.shutdown), capabilities)
+}

@@ -1,0 +1,249 @@
+// Copyright gputally authors
+// SPDX-License-Identifier: Apache-2.0
+
+package gputallyprocessor // import "github.com/gputally/gputally/collector/gputallyprocessor"
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer/consumererror"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/collector/processor/processorhelper"
+	"go.opentelemetry.io/otel/attribute"
+	"go.uber.org/zap"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gputally/gputally/collector/gputallyprocessor/internal/bridgepb"
+)
+
+// bridge is one processor instance: a gRPC connection to gputally's bridge and the calls on it.
+// Each pipeline that lists the processor gets its own instance and connection.
+type bridge struct {
+	cfg      *Config
+	set      processor.Settings
+	tel      *telemetry
+	callOpts []grpc.CallOption
+
+	// Set by start, before any batch arrives; conn is cleared by shutdown.
+	conn   *grpc.ClientConn
+	client bridgepb.BridgeClient
+}
+
+func newBridge(set processor.Settings, cfg *Config) (*bridge, error) {
+	tel, err := newTelemetry(set.TelemetrySettings)
+	if err != nil {
+		return nil, err
+	}
+	return &bridge{
+		cfg: cfg,
+		set: set,
+		tel: tel,
+		callOpts: []grpc.CallOption{
+			grpc.MaxCallRecvMsgSize(cfg.maxMessageBytes()),
+			grpc.MaxCallSendMsgSize(cfg.maxMessageBytes()),
+		},
+	}, nil
+}
+
+// start creates the connection. gRPC connects in the background, so start returns at once
+// and a server that is not up yet is a failed call later, not a failed start.
+func (b *bridge) start(ctx context.Context, host component.Host) error {
+	conn, err := b.cfg.ClientConfig.ToClientConn(ctx, host.GetExtensions(), b.set.TelemetrySettings)
+	if err != nil {
+		return fmt.Errorf("gputally processor: connecting to %q: %w", b.cfg.ClientConfig.Endpoint, err)
+	}
+	b.conn = conn
+	b.client = bridgepb.NewBridgeClient(conn)
+	return nil
+}
+
+// shutdown closes the connection; it is a no-op before start and when called again. A call
+// made after it fails (the connection is closing) and goes through on_error.
+func (b *bridge) shutdown(context.Context) error {
+	if b.conn == nil {
+		return nil
+	}
+	err := b.conn.Close()
+	b.conn = nil
+	return err
+}
+
+// answer is what the three generated response types have in common.
+type answer interface {
+	GetOtlp() []byte
+	GetDroppedItems() int64
+	GetErrorMessage() string
+}
+
+// codec is what differs between signals: the OTLP encoding and the method called.
+type codec[T any] struct {
+	signal    attribute.KeyValue
+	method    string
+	marshal   func(T) ([]byte, error)
+	unmarshal func([]byte) (T, error)
+	items     func(T) int // data points, log records or spans
+	resources func(T) int
+	call      func(context.Context, bridgepb.BridgeClient, []byte, string, ...grpc.CallOption) (answer, error)
+}
+
+var metricsCodec = codec[pmetric.Metrics]{
+	signal: attribute.String("signal", "metrics"),
+	method: "ProcessMetrics",
+	marshal: func(md pmetric.Metrics) ([]byte, error) {
+		return pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
+	},
+	unmarshal: func(buf []byte) (pmetric.Metrics, error) {
+		req := pmetricotlp.NewExportRequest()
+		return req.Metrics(), req.UnmarshalProto(buf)
+	},
+	items:     pmetric.Metrics.DataPointCount,
+	resources: func(md pmetric.Metrics) int { return md.ResourceMetrics().Len() },
+	call: func(ctx context.Context, c bridgepb.BridgeClient, otlp []byte, pipeline string, opts ...grpc.CallOption) (answer, error) {
+		return c.ProcessMetrics(ctx, &bridgepb.ProcessMetricsRequest{Otlp: otlp, Pipeline: pipeline}, opts...)
+	},
+}
+
+var logsCodec = codec[plog.Logs]{
+	signal: attribute.String("signal", "logs"),
+	method: "ProcessLogs",
+	marshal: func(ld plog.Logs) ([]byte, error) {
+		return plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+	},
+	unmarshal: func(buf []byte) (plog.Logs, error) {
+		req := plogotlp.NewExportRequest()
+		return req.Logs(), req.UnmarshalProto(buf)
+	},
+	items:     plog.Logs.LogRecordCount,
+	resources: func(ld plog.Logs) int { return ld.ResourceLogs().Len() },
+	call: func(ctx context.Context, c bridgepb.BridgeClient, otlp []byte, pipeline string, opts ...grpc.CallOption) (answer, error) {
+		return c.ProcessLogs(ctx, &bridgepb.ProcessLogsRequest{Otlp: otlp, Pipeline: pipeline}, opts...)
+	},
+}
+
+var tracesCodec = codec[ptrace.Traces]{
+	signal: attribute.String("signal", "traces"),
+	method: "ProcessTraces",
+	marshal: func(td ptrace.Traces) ([]byte, error) {
+		return ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
+	},
+	unmarshal: func(buf []byte) (ptrace.Traces, error) {
+		req := ptraceotlp.NewExportRequest()
+		return req.Traces(), req.UnmarshalProto(buf)
+	},
+	items:     ptrace.Traces.SpanCount,
+	resources: func(td ptrace.Traces) int { return td.ResourceSpans().Len() },
+	call: func(ctx context.Context, c bridgepb.BridgeClient, otlp []byte, pipeline string, opts ...grpc.CallOption) (answer, error) {
+		return c.ProcessTraces(ctx, &bridgepb.ProcessTracesRequest{Otlp: otlp, Pipeline: pipeline}, opts...)
+	},
+}
+
+func (b *bridge) processMetrics(ctx context.Context, md pmetric.Metrics) (pmetric.Metrics, error) {
+	return process(ctx, b, &metricsCodec, md)
+}
+
+func (b *bridge) processLogs(ctx context.Context, ld plog.Logs) (plog.Logs, error) {
+	return process(ctx, b, &logsCodec, ld)
+}
+
+func (b *bridge) processTraces(ctx context.Context, td ptrace.Traces) (ptrace.Traces, error) {
+	return process(ctx, b, &tracesCodec, td)
+}
+
+// process runs one batch through gputally. An answer with nothing left stops the batch with
+// ErrSkipProcessingData (processorhelper reports success upstream); a failed call goes to
+// on_error.
+func process[T any](ctx context.Context, b *bridge, c *codec[T], data T) (T, error) {
+	start := time.Now()
+	out, ans, err := exchange(ctx, b, c, data)
+	elapsed := time.Since(start)
+	if err != nil {
+		b.tel.recordCall(ctx, c.signal, outcomeError, elapsed)
+		return onError(ctx, b, c, data, err)
+	}
+	if c.resources(out) == 0 {
+		b.tel.recordCall(ctx, c.signal, outcomeDroppedAll, elapsed)
+		b.tel.recordDropped(ctx, c.signal, reasonPipeline, int64(c.items(data)))
+		return out, processorhelper.ErrSkipProcessingData
+	}
+	b.tel.recordCall(ctx, c.signal, outcomeOK, elapsed)
+	if dropped := ans.GetDroppedItems(); dropped > 0 {
+		b.tel.recordDropped(ctx, c.signal, reasonPipeline, dropped)
+		b.set.Logger.Debug("gputally dropped part of a batch",
+			zap.String("signal", c.signal.Value.AsString()), zap.Int64("items", dropped),
+			zap.String("reason", ans.GetErrorMessage()))
+	}
+	return out, nil
+}
+
+// exchange encodes the batch, calls the bridge within the timeout and decodes the answer.
+// Every error it returns carries a gRPC status: local encoding failures are INTERNAL.
+func exchange[T any](ctx context.Context, b *bridge, c *codec[T], data T) (T, answer, error) {
+	var none T
+	if b.client == nil {
+		return none, nil, status.Error(codes.Unavailable, "the processor has not been started")
+	}
+	payload, err := c.marshal(data)
+	if err != nil {
+		return none, nil, status.Errorf(codes.Internal, "encoding the batch: %v", err)
+	}
+	callCtx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
+	defer cancel()
+	ans, err := c.call(callCtx, b.client, payload, b.cfg.Pipeline, b.callOpts...)
+	if err != nil {
+		return none, nil, err
+	}
+	out, err := c.unmarshal(ans.GetOtlp())
+	if err != nil {
+		return none, nil, status.Errorf(codes.Internal, "the answer is not OTLP: %v", err)
+	}
+	return out, ans, nil
+}
+
+// onError applies on_error to a batch whose call failed.
+func onError[T any](ctx context.Context, b *bridge, c *codec[T], data T, err error) (T, error) {
+	st := status.Convert(err)
+	b.tel.recordError(ctx, c.signal, st.Code())
+	switch b.cfg.OnError {
+	case OnErrorPass:
+		b.tel.recordPassed(ctx, c.signal, c.items(data))
+		return data, nil
+	case OnErrorDrop:
+		b.tel.recordDropped(ctx, c.signal, reasonOnError, int64(c.items(data)))
+		return data, processorhelper.ErrSkipProcessingData
+	default:
+		err = fmt.Errorf("gputally %s (pipeline %q): %w", c.method, b.cfg.Pipeline, err)
+		if !retryable(st) {
+			err = consumererror.NewPermanent(err)
+		}
+		return data, err
+	}
+}
+
+// retryable says whether a failed call may succeed if the batch is sent again, by OTLP's
+// rules (proto/bridge/README.md, "Status codes"): RESOURCE_EXHAUSTED only when the server
+// says when to retry (gRPC's own message-size limit uses the code without RetryInfo).
+func retryable(st *status.Status) bool {
+	switch st.Code() {
+	case codes.Canceled, codes.DeadlineExceeded, codes.Aborted, codes.OutOfRange, codes.Unavailable, codes.DataLoss:
+		return true
+	case codes.ResourceExhausted:
+		for _, detail := range st.Details() {
+			if _, ok := detail.(*errdetails.RetryInfo); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
