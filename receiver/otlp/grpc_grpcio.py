@@ -13,11 +13,11 @@ import logging
 import grpc
 from grpc_status import rpc_status
 
+from gputally.endpoint import bind_problem, host_port, split_endpoint
 from gputally.errors import ConfigError
 from gputally.otlp.signals import SIGNALS, Signal
 
 from .grpc_export import CORE_LIMIT_FACTOR, GRPCListener, export
-from gputally.endpoint import bind_problem, host_port, split_endpoint
 from .status import Failure
 
 __all__ = ["GrpcioServer"]

@@ -10,17 +10,15 @@ checks, counts, codes, messages and RetryInfo.
 from __future__ import annotations
 
 import logging
-import socket
 
 from grpc_status import rpc_status
 
-from gputally.errors import ConfigError
-from gputally.h2 import GrpcError, Metadata, Method, Server, parse_target
+from gputally.endpoint import listen
+from gputally.h2 import GrpcError, Metadata, Method, Server
 from gputally.h2.server import UnaryHandler
 from gputally.otlp.signals import SIGNALS, Signal
 
 from .grpc_export import CORE_LIMIT_FACTOR, GRPCListener, export
-from gputally.endpoint import describe_bind_error, host_port, split_endpoint
 from .status import Failure
 
 __all__ = ["GRPCServer"]
@@ -50,27 +48,7 @@ class GRPCServer(GRPCListener):
             await server.shutdown(grace)
 
     async def _bind(self, server: Server) -> str:
-        endpoint = self._settings.endpoint
-        if endpoint.startswith("unix:"):
-            path = parse_target(endpoint).path  # the same unix: forms a client's target takes
-            assert path is not None  # the config requires a path after unix:
-            try:
-                await server.listen_unix(path)
-            except OSError as exc:
-                raise ConfigError(
-                    f"receivers::{self._name}: grpc endpoint {endpoint}: cannot bind the unix socket "
-                    f"({describe_bind_error(exc)}; does its directory exist, and may gputally write there?)"
-                ) from exc
-            return endpoint
-        host, port = split_endpoint(endpoint)
-        try:
-            bound = await server.listen_tcp(host, port)
-        except socket.gaierror as exc:
-            raise ConfigError(f"receivers::{self._name}: grpc endpoint {endpoint}: "
-                              f"cannot resolve host {host!r}: {exc.strerror}") from exc
-        except OSError as exc:
-            raise ConfigError(f"receivers::{self._name}: grpc endpoint {endpoint}: {describe_bind_error(exc)}") from exc
-        return host_port(host, bound)
+        return await listen(server, self._settings.endpoint, where=f"receivers::{self._name}: grpc endpoint")
 
     def _export_handler(self, signal: Signal) -> UnaryHandler:
         intake, limit = self._intake, self._limit

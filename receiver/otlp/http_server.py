@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import HttpVersion11, hdrs, web
 from prometheus_client import CollectorRegistry
 
+from gputally.endpoint import describe_bind_error, host_port, split_endpoint
 from gputally.errors import ConfigError, InvalidRequest
 from gputally.otlp import json as otlp_json
 from gputally.otlp.batch import Batch
@@ -27,7 +28,6 @@ from .config import HTTPSettings
 from .http_guard import LimitedTCPSite, MalformedRequests
 from .intake import Intake
 from .json_enums import check_enum_names
-from gputally.endpoint import describe_bind_error, host_port, split_endpoint
 from .status import Failure
 
 __all__ = ["HTTPServer"]

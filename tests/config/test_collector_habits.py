@@ -69,7 +69,7 @@ def test_unknown_types_of_every_kind_list_the_known_ones(capsys: pytest.CaptureF
             "service: {pipelines: {metrics: {receivers: [otlpp], exporters: [debugg]}}}")
     assert main(["validate", "--config", text]) == 2
     err = capsys.readouterr().err
-    assert "receivers.otlpp: unknown receiver type 'otlpp' (did you mean otlp? known: otlp)" in err
+    assert "receivers.otlpp: unknown receiver type 'otlpp' (did you mean otlp? known: bridge, otlp)" in err
     assert "exporters.debugg: unknown exporter type 'debugg' (did you mean debug? known: debug, otlp, otlphttp)" in err
     assert ("extensions.bearertoken: unknown extension type 'bearertoken' (did you mean bearertokenauth? "
             "known: bearertokenauth, file_storage)") in err

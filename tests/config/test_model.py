@@ -27,7 +27,7 @@ def problems(name: str, registry: Registry, environ: dict[str, str] | None = Non
 def test_registry_finds_builtins_through_entry_points(registry: Registry) -> None:
     assert {"attributes", "filter", "batch", "memory_limiter"} <= set(registry.processors)
     assert {"otlp", "otlphttp", "debug"} <= set(registry.exporters)
-    assert set(registry.receivers) == {"otlp"}
+    assert set(registry.receivers) == {"otlp", "bridge"}
 
 
 def test_full_config_loads(registry: Registry) -> None:

@@ -6,6 +6,7 @@ failed bind. Used by every receiver.
 """
 
 from .address import check_endpoint, split_endpoint
+from .bind import Listener, listen
 from .net import bind_problem, describe_bind_error, host_port
 
-__all__ = ["bind_problem", "check_endpoint", "describe_bind_error", "host_port", "split_endpoint"]
+__all__ = ["Listener", "bind_problem", "check_endpoint", "describe_bind_error", "host_port", "listen", "split_endpoint"]

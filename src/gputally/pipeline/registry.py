@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 from gputally.auth import BearerTokenAuthConfig
 from gputally.config.types import Strict
 from gputally.errors import ConfigError
-from gputally.storage import FileStorageConfig
 from gputally.pipeline.factory import AnyFactory, ExporterFactory, ProcessorFactory, ReceiverFactory
+from gputally.storage import FileStorageConfig
 
 __all__ = ["EXPORTER_GROUP", "PROCESSOR_GROUP", "RECEIVER_GROUP", "Registry", "load_factory"]
 

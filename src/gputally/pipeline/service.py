@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from gputally.auth import BearerTokenAuth, BearerTokenAuthConfig
-from gputally.storage import FileStorageConfig
 from gputally.errors import ConfigError
 from gputally.otlp.batch import Signal
 from gputally.pipeline.component import (
@@ -25,6 +24,7 @@ from gputally.pipeline.component import (
 )
 from gputally.pipeline.config import Config, PipelineConfig
 from gputally.pipeline.pipeline import FanOut, Pipeline, Stage
+from gputally.storage import FileStorageConfig
 from gputally.telemetry import SelfTelemetry
 
 __all__ = ["Service"]
