@@ -50,6 +50,9 @@ class Transport(asyncio.Transport):
     def pause_reading(self) -> None:
         pass
 
+    def can_write_eof(self) -> bool:
+        return False
+
     def resume_reading(self) -> None:
         pass
 

@@ -36,6 +36,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+LINGER = 1.0
+"""Seconds a connection closed for an error still reads (and drops) the peer's bytes."""
 MAX_HEADER_LIST_SIZE = Limits().max_header_list_size
 """Largest decoded header list accepted by default (names, values and 32 bytes an entry)."""
 
@@ -143,7 +145,19 @@ class Connection(Core, asyncio.Protocol):
                 self._report(error.limit, f"{error}; connection closed (GOAWAY {error.code.name})")
             else:
                 log.debug("HTTP/2 connection error from %s, %s: %s", self.peer, error.code.name, error)
-        self.close()
+        transport = self._transport
+        if transport is None:
+            return
+        self._push()
+        if not transport.can_write_eof() or transport.is_closing():
+            self.close()
+            return
+        # Lingering close: closing with the peer's bytes unread would make the kernel answer
+        # with a TCP reset, which can overtake the GOAWAY. Shut our side, read and drop what
+        # still comes (the core is closed) for a moment, then close.
+        transport.write_eof()
+        transport.resume_reading()
+        asyncio.get_running_loop().call_later(LINGER, self.abort)
 
     def _report(self, limit: str, detail: str) -> None:
         """A peer hit ``limit``: subclasses log it (rate-limited); this one at DEBUG."""

@@ -865,6 +865,8 @@ class Core:
         if self.closed:
             return
         self.error = error
+        self._buffer = bytearray()  # nothing the peer sent is read any more
+        self._block = None
         self._write(goaway(self._last_peer_stream, error.code, str(error).encode("utf-8", "replace")[:256]))
         self._goaway_sent = True
         self.closed = True
