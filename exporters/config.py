@@ -65,6 +65,17 @@ class _OTLPExporterConfig(Strict):
         return headers
 
 
+class GrpcKeepalive(Strict):
+    """``keepalive`` of the ``otlp`` exporter, as the Collector's (configgrpc's client keepalive)."""
+
+    time: Duration = Field(10.0, gt=0)
+    """PING the server after this long without activity."""
+    timeout: Duration = Field(10.0, gt=0)
+    """Drop the connection when the PING's acknowledgement takes longer."""
+    permit_without_stream: bool = False
+    """PING even while no call is in flight."""
+
+
 class OTLPGrpcConfig(_OTLPExporterConfig):
     """``exporters: otlp:`` — OTLP over gRPC."""
 
@@ -74,6 +85,8 @@ class OTLPGrpcConfig(_OTLPExporterConfig):
     """gputally's own key (not the Collector's): ``native`` sends from the event loop's thread
     (:mod:`gputally.h2`, a fraction of grpc.aio's CPU per call); ``grpcio`` sends through
     grpc.aio, gRPC core's client, as before."""
+    keepalive: GrpcKeepalive | None = None
+    """Keepalive PINGs (the Collector's key); none when absent."""
 
     @field_validator("endpoint")
     @classmethod

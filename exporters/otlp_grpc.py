@@ -23,7 +23,7 @@ from gputally.auth import BearerTokenAuth
 from gputally.config.files import read_input_file
 from gputally.config.types import ClientTLSSettings, RetrySettings
 from gputally.errors import ConfigError
-from gputally.exporters.config import OTLPGrpcConfig
+from gputally.exporters.config import GrpcKeepalive, OTLPGrpcConfig
 from gputally.exporters.env import Target, resolve_grpc
 from gputally.exporters.grpc_common import ChannelKey, ChannelTransport, translate
 from gputally.exporters.grpc_native import NativeGrpcTransport
@@ -81,6 +81,9 @@ class GrpcTransport(ChannelTransport[grpc.aio.Channel]):
             ("grpc.max_reconnect_backoff_ms", max(int(self._max_backoff * 1000), initial_ms)),
         ]
         self._calls: dict[Signal, grpc.aio.UnaryUnaryMultiCallable] = {}
+
+    def add_options(self, options: list[tuple[str, int]]) -> None:
+        self._options.extend(options)
 
     def _opened(self, signal: Signal, channel: grpc.aio.Channel) -> None:
         self._calls[signal] = channel.unary_unary(
@@ -147,9 +150,20 @@ def create_exporter(
             raise ConfigError(f"{context.id}: endpoint: {exc}") from exc
     kind = NativeGrpcTransport if config.implementation == "native" else GrpcTransport
     transport = kind(targets, authenticator=context.authenticator(config.auth), retry=config.retry_on_failure)
+    if isinstance(transport, NativeGrpcTransport):
+        transport.keepalive = config.keepalive
+    elif config.keepalive is not None:
+        transport.add_options(keepalive_options(config.keepalive))
     return QueuedExporter.from_config(
         transport, retry=config.retry_on_failure, queue=config.sending_queue, context=context
     )
+
+
+def keepalive_options(keepalive: GrpcKeepalive) -> list[tuple[str, int]]:
+    """grpcio's channel options for the ``keepalive`` key."""
+    return [("grpc.keepalive_time_ms", int(keepalive.time * 1000)),
+            ("grpc.keepalive_timeout_ms", int(keepalive.timeout * 1000)),
+            ("grpc.keepalive_permit_without_calls", int(keepalive.permit_without_stream))]
 
 
 factory: ExporterFactory[OTLPGrpcConfig] = ExporterFactory(
