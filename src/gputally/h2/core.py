@@ -30,6 +30,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable
+from itertools import chain
 from typing import cast
 
 from . import hpack
@@ -99,9 +100,12 @@ _RESET_SENT, _RESET_RECEIVED, _ENDED = 1, 2, 3
 _REQUEST_PSEUDO = frozenset({":method", ":scheme", ":path", ":authority"})
 _REQUIRED_PSEUDO = frozenset({":method", ":scheme", ":path"})
 _CONNECTION_SPECIFIC = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"})
-_BAD_NAME = re.compile(r"[^!#$%&'*+\-.^_`|~0-9a-z]")
-"""A character outside a lower-case token (RFC 9110 section 5.6.2; RFC 9113 section 8.2.1)."""
-_BAD_VALUE = re.compile(r"[\x00\r\n]|^[ \t]|[ \t]$")
+_BAD_NAMES = re.compile(r"[^!#$%&'*+\-.^_`|~0-9a-z\x01]")
+"""In names joined by \\x01: a character outside a lower-case token (RFC 9110 5.6.2, RFC 9113
+8.2.1); a pseudo-header after a regular field is caught by its ':'."""
+_BAD_VALUES = re.compile(r"[\x00\r\n]|(?:^|\x01)[ \t]|[ \t](?:\x01|$)")
+"""In values joined by \\x01: NUL, CR, LF, or white space at either end of one (RFC 9113 8.2.1)."""
+_CONNECTION_WORDS = re.compile(r"connection|keep-alive|transfer-encoding|upgrade")
 
 
 class ProtocolError(Exception):
@@ -163,6 +167,7 @@ class Core:
         self._awaiting_preface = not self.client
         self._decoder = hpack.Decoder(max_header_list_size=2 * limits.max_header_list_size)
         self._decoded: dict[bytes, tuple[list[tuple[str, str]], int]] = {}
+        self._checked: dict[int, int] = {}  # id of a remembered request's headers -> its check
         self._streams: dict[int, Stream] = {}
         self._blocked: dict[int, Stream] = {}
         self._closed_streams: dict[int, int] = {}  # recently closed stream -> how (_RESET_SENT...)
@@ -488,7 +493,7 @@ class Core:
         stream = self._streams.get(stream_id)
         if stream is None:
             if (stream_id & 1) == (0 if self.client else 1) and stream_id > self._last_peer_stream:
-                self._new_peer_stream(stream_id, headers, size, end, problem)
+                self._new_peer_stream(stream_id, headers, size, end, problem, block)
                 return
             self._not_live(stream_id, "HEADERS")
             if stream_id in self._closed_streams:
@@ -514,7 +519,7 @@ class Core:
             self._remote_end(stream)
 
     def _new_peer_stream(self, stream_id: int, headers: list[tuple[str, str]], size: int, end: bool,
-                         problem: str | None) -> None:
+                         problem: str | None, block: bytes) -> None:
         if self.client:
             raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"HEADERS opening stream {stream_id} from a server")
         self._last_peer_stream = stream_id
@@ -525,7 +530,13 @@ class Core:
             raise StreamError(stream_id, ErrorCode.REFUSED_STREAM, "over SETTINGS_MAX_CONCURRENT_STREAMS")
         expected = -1
         if size <= self.limits.max_header_list_size:
-            expected = _check_request(stream_id, headers)
+            # A remembered block's headers were checked when first seen (a malformed one raised).
+            known = self._checked.get(id(headers))
+            if known is None:
+                known = _check_request(stream_id, headers)
+                if len(block) and self._decoded.get(block, (None,))[0] is headers:
+                    self._checked[id(headers)] = known
+            expected = known
             if end and expected > 0:
                 raise StreamError(stream_id, ErrorCode.PROTOCOL_ERROR, "DATA disagreeing with content-length")
         stream = self._open_stream(stream_id, local=False)
@@ -555,13 +566,15 @@ class Core:
             return known
         # hpack gives (str, str) tuples unless asked for raw bytes.
         headers = cast(list[tuple[str, str]], self._decoder.decode(block))
-        sized = headers, sum(len(name) + len(value) + 32 for name, value in headers)
+        sized = headers, 32 * len(headers) + sum(map(len, chain.from_iterable(headers)))
         if block and min(block) >= 0x80 and 0xFF not in block:
             if len(self._decoded) >= 64:
                 self._decoded.clear()
+                self._checked.clear()
             self._decoded[block] = sized
         elif self._decoded:
             self._decoded.clear()
+            self._checked.clear()
         return sized
 
     def _window_update(self, stream_id: int, payload: memoryview) -> None:
@@ -876,28 +889,35 @@ class Core:
 def _check_request(stream_id: int, headers: list[tuple[str, str]]) -> int:
     """A request's header list checked as RFC 9113 section 8.2-8.3 demands of a server; its
     content-length (-1 when none). A malformed request is a stream error (PROTOCOL_ERROR)."""
-    regular = False
     seen: set[str] = set()
-    length = -1
-    for name, value in headers:
-        if name[:1] == ":":
-            if regular or name not in _REQUEST_PSEUDO or name in seen:
-                raise StreamError(stream_id, ErrorCode.PROTOCOL_ERROR, f"a misplaced or unknown {name[:32]}")
-            seen.add(name)
-            if name == ":path" and not value:
-                raise StreamError(stream_id, ErrorCode.PROTOCOL_ERROR, "an empty :path")
-            continue
-        regular = True
-        if not name or _BAD_NAME.search(name) or _BAD_VALUE.search(value):
-            raise StreamError(stream_id, ErrorCode.PROTOCOL_ERROR, "a field name or value HTTP/2 forbids")
-        if name in _CONNECTION_SPECIFIC or (name == "te" and value != "trailers"):
-            raise StreamError(stream_id, ErrorCode.PROTOCOL_ERROR, f"the connection-specific field {name}")
-        if name == "content-length":
-            if not (value.isascii() and value.isdigit()) or length >= 0:
-                raise StreamError(stream_id, ErrorCode.PROTOCOL_ERROR, "a malformed content-length")
-            length = int(value)
+    regular = 0
+    for name, _ in headers:
+        if name[:1] != ":":
+            break
+        if name not in _REQUEST_PSEUDO or name in seen:
+            raise StreamError(stream_id, ErrorCode.PROTOCOL_ERROR, f"an unknown or repeated {name[:32]}")
+        seen.add(name)
+        regular += 1
     if not _REQUIRED_PSEUDO <= seen:
         raise StreamError(stream_id, ErrorCode.PROTOCOL_ERROR, "a request without :method, :scheme and :path")
+    fields = headers[regular:]
+    names = "\x01".join(name for name, _ in fields)
+    # one search each over all names and all values: cheaper than one per field
+    if _BAD_NAMES.search(names) or _BAD_VALUES.search("\x01".join(value for _, value in fields)) \
+            or not all(name for name, _ in fields):
+        raise StreamError(stream_id, ErrorCode.PROTOCOL_ERROR, "a misplaced pseudo-header, or a field HTTP/2 forbids")
+    if not dict(headers[:regular]).get(":path"):
+        raise StreamError(stream_id, ErrorCode.PROTOCOL_ERROR, "an empty :path")
+    length = -1
+    bounded = f"\x01{names}\x01"
+    if "\x01te\x01" in bounded or "\x01content-length\x01" in bounded or _CONNECTION_WORDS.search(names):
+        for name, value in fields:
+            if name in _CONNECTION_SPECIFIC or (name == "te" and value != "trailers"):
+                raise StreamError(stream_id, ErrorCode.PROTOCOL_ERROR, f"the connection-specific field {name}")
+            if name == "content-length":
+                if not (value.isascii() and value.isdigit()) or length >= 0:
+                    raise StreamError(stream_id, ErrorCode.PROTOCOL_ERROR, "a malformed content-length")
+                length = int(value)
     return length
 
 
