@@ -35,6 +35,7 @@ harness:
 	tests/harness/otelcol/build.sh
 	tests/harness/prometheus/build.sh
 	tests/harness/helm/build.sh
+	tests/harness/h2spec/build.sh
 	sh tests/harness/slurm/setup.sh
 	sh tests/harness/image/setup.sh
 	sh tests/harness/systemd/setup.sh

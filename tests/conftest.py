@@ -17,6 +17,7 @@ pytest_plugins = [
     "harness.prometheus.fixtures",
     "harness.slurm.fixtures",
     "harness.systemd.fixtures",
+    "harness.h2spec.fixtures",
 ]
 
 

@@ -6,13 +6,25 @@ from collections.abc import Mapping
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
+from gputally.config.types import Duration, Strict
 from gputally.exporterhelper.otlpconfig import EnvView, OTLPExporterSettings, Target, request_settings
 from gputally.otlp.signals import Signal
 from gputally.util.once import Once
 
-__all__ = ["OTLPGrpcConfig"]
+__all__ = ["GrpcKeepalive", "OTLPGrpcConfig"]
+
+
+class GrpcKeepalive(Strict):
+    """``keepalive`` of the ``otlp`` exporter, as the Collector's (configgrpc's client keepalive)."""
+
+    time: Duration = Field(10.0, gt=0)
+    """PING the server after this long without activity."""
+    timeout: Duration = Field(10.0, gt=0)
+    """Drop the connection when the PING's acknowledgement takes longer."""
+    permit_without_stream: bool = False
+    """PING even while no call is in flight."""
 
 
 class OTLPGrpcConfig(OTLPExporterSettings):
@@ -24,6 +36,8 @@ class OTLPGrpcConfig(OTLPExporterSettings):
     """gputally's own key (not the Collector's): ``native`` sends from the event loop's thread
     (:mod:`gputally.h2`, a fraction of grpc.aio's CPU per call); ``grpcio`` sends through
     grpc.aio, gRPC core's client, as before."""
+    keepalive: GrpcKeepalive | None = None
+    """Keepalive PINGs (the Collector's key); none when absent."""
 
     @field_validator("endpoint")
     @classmethod

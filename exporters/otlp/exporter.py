@@ -25,7 +25,7 @@ from gputally.exporterhelper.sender import QueuedExporter
 from gputally.exporterhelper.settings import RetrySettings
 from gputally.exporterhelper.transport import Receipt
 from gputally.exporters.otlp.channels import ChannelKey, ChannelTransport, translate
-from gputally.exporters.otlp.config import OTLPGrpcConfig
+from gputally.exporters.otlp.config import GrpcKeepalive, OTLPGrpcConfig
 from gputally.exporters.otlp.native import NativeGrpcTransport
 from gputally.h2 import parse_target
 from gputally.otlp.batch import Batch
@@ -66,6 +66,9 @@ class GrpcTransport(ChannelTransport[grpc.aio.Channel]):
             ("grpc.max_reconnect_backoff_ms", max(int(self._max_backoff * 1000), initial_ms)),
         ]
         self._calls: dict[Signal, grpc.aio.UnaryUnaryMultiCallable] = {}
+
+    def add_options(self, options: list[tuple[str, int]]) -> None:
+        self._options.extend(options)
 
     def _opened(self, signal: Signal, channel: grpc.aio.Channel) -> None:
         self._calls[signal] = channel.unary_unary(
@@ -132,6 +135,17 @@ def create_exporter(
             raise ConfigError(f"{context.id}: endpoint: {exc}") from exc
     kind = NativeGrpcTransport if config.implementation == "native" else GrpcTransport
     transport = kind(targets, authenticator=context.authenticator(config.auth), retry=config.retry_on_failure)
+    if isinstance(transport, NativeGrpcTransport):
+        transport.keepalive = config.keepalive
+    elif config.keepalive is not None:
+        transport.add_options(keepalive_options(config.keepalive))
     return QueuedExporter.from_config(
         transport, retry=config.retry_on_failure, queue=config.sending_queue, context=context
     )
+
+
+def keepalive_options(keepalive: GrpcKeepalive) -> list[tuple[str, int]]:
+    """grpcio's channel options for the ``keepalive`` key."""
+    return [("grpc.keepalive_time_ms", int(keepalive.time * 1000)),
+            ("grpc.keepalive_timeout_ms", int(keepalive.timeout * 1000)),
+            ("grpc.keepalive_permit_without_calls", int(keepalive.permit_without_stream))]

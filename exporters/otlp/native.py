@@ -15,6 +15,7 @@ from gputally import __version__
 from gputally.exporterhelper.otlpconfig import Target
 from gputally.exporterhelper.transport import Receipt
 from gputally.exporters.otlp.channels import ChannelKey, ChannelTransport, translate
+from gputally.exporters.otlp.config import GrpcKeepalive
 from gputally.h2 import Channel, GrpcError
 from gputally.otlp.batch import Batch
 from gputally.otlp.signals import SIGNALS
@@ -28,8 +29,11 @@ log = logging.getLogger(__name__)
 class NativeGrpcTransport(ChannelTransport[Channel]):
     """The native transport: :class:`gputally.h2.Channel` per endpoint."""
 
+    keepalive: GrpcKeepalive | None = None
+    """Set by the factory from the ``keepalive`` key."""
+
     async def _open(self, target: Target) -> Channel:
-        tls = target.tls
+        tls, keepalive = target.tls, self.keepalive
         context = None if tls.insecure else await asyncio.to_thread(client_ssl_context, tls, key="tls")
         return Channel(
             target.endpoint,
@@ -38,6 +42,9 @@ class NativeGrpcTransport(ChannelTransport[Channel]):
             user_agent=f"gputally/{__version__}",
             initial_backoff=self._initial_backoff,
             max_backoff=self._max_backoff,
+            keepalive_time=keepalive.time if keepalive else 0.0,
+            keepalive_timeout=keepalive.timeout if keepalive else 20.0,
+            keepalive_permit_without_stream=bool(keepalive and keepalive.permit_without_stream),
         )
 
     async def _watch(self, key: ChannelKey) -> None:

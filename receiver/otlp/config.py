@@ -22,9 +22,58 @@ from pydantic import Field, field_validator, model_validator
 from gputally.config.types import AuthSettings, Duration, ServerTLSSettings, Strict
 from gputally.endpoint import check_endpoint
 
-__all__ = ["GRPCSettings", "HTTPSettings", "OTLPReceiverConfig", "Protocols"]
+__all__ = ["GRPCKeepalive", "GRPCLimits", "GRPCServerParameters", "GRPCSettings", "HTTPSettings", "OTLPReceiverConfig", "Protocols"]
 
 _MIB = 1024 * 1024
+
+
+class GRPCServerParameters(Strict):
+    """``keepalive.server_parameters``, as grpc-go's (0 = for ever)."""
+
+    max_connection_idle: Duration = Field(0.0, ge=0)
+    """A connection without streams for this long gets GOAWAY."""
+    max_connection_age: Duration = Field(0.0, ge=0)
+    """A connection older than this (+-10 %) gets GOAWAY."""
+    max_connection_age_grace: Duration = Field(0.0, ge=0)
+    """After that GOAWAY, its streams get this long before it is closed (0: as long as they run)."""
+    time: Duration = Field(7200.0, ge=0)
+    """A connection silent this long gets a PING (0: never)."""
+    timeout: Duration = Field(20.0, gt=0)
+    """That PING's acknowledgement must come within this, else the connection is closed."""
+
+
+class GRPCKeepalive(Strict):
+    """``protocols.grpc.keepalive``: the Collector's keys (``enforcement_policy`` is not read)."""
+
+    server_parameters: GRPCServerParameters = Field(default_factory=GRPCServerParameters)
+
+
+class GRPCLimits(Strict):
+    """``protocols.grpc.limits``: gputally's own bounds on one peer (native implementation;
+    defaults from Go's x/net/http2 and nghttp2)."""
+
+    max_header_list_size: int = Field(65536, ge=4096, le=16 * _MIB)
+    """Largest header list in bytes (RFC 7541 sizes); a larger one fails its call alone."""
+    max_continuation_frames: int = Field(8, ge=1, le=10_000)
+    """CONTINUATION frames after one HEADERS (nghttp2's 8); more close the connection."""
+    max_queued_control_frames: int = Field(10_000, ge=100, le=1_000_000)
+    """Acknowledgements and resets owed to a peer that does not read (Go's 10,000)."""
+    max_settings_entries: int = Field(32, ge=8, le=10_000)
+    """Entries in one SETTINGS frame (nghttp2's 32)."""
+    reset_burst: int = Field(1000, ge=1, le=1_000_000)
+    """Stream resets a peer may cause at once (nghttp2's 1,000)..."""
+    reset_rate: float = Field(33.0, gt=0, le=1_000_000)
+    """...and a second after that (nghttp2's 33); beyond, GOAWAY ENHANCE_YOUR_CALM."""
+    max_buffered_request_mib: int = Field(128, ge=1, le=64 * 1024)
+    """Request bytes one connection may have buffered for handlers not yet started."""
+    max_process_buffered_request_mib: int = Field(512, ge=1, le=64 * 1024)
+    """The same over every connection of the process."""
+    max_output_buffer_kib: int = Field(1024, ge=16, le=1024 * 1024)
+    """Answers written and not yet read before reading from the peer stops."""
+    write_timeout: Duration = Field(30.0, ge=0)
+    """A peer that leaves our writes unread this long is closed (0: never)."""
+    read_timeout: Duration = Field(60.0, ge=0)
+    """A request's body must end this long after its headers (0: no limit)."""
 
 
 class GRPCSettings(Strict):
@@ -42,6 +91,12 @@ class GRPCSettings(Strict):
     """gputally's own key (not the Collector's): ``native`` serves gRPC from the event loop's
     thread (:mod:`gputally.h2`, about half grpc.aio's CPU per request); ``grpcio`` serves it
     with grpc.aio, gRPC core's server, as before."""
+    max_concurrent_streams: int = Field(250, ge=1, le=100_000)
+    """Streams one connection may have open at once (Go's default); more are refused."""
+    keepalive: GRPCKeepalive = Field(default_factory=GRPCKeepalive)
+    """As the Collector's ``keepalive``: only ``server_parameters`` is read."""
+    limits: GRPCLimits = Field(default_factory=GRPCLimits)
+    """gputally's own keys: what one peer may cost the native server (see the README)."""
 
     @field_validator("endpoint")
     @classmethod
@@ -121,3 +176,4 @@ class OTLPReceiverConfig(Strict):
                 "protocols: enable at least one of grpc and http (write `grpc:` with no value for the defaults)"
             )
         return self
+

@@ -23,7 +23,7 @@ from .health import HealthReporter
 from .intake import Intake
 from .status import Failure
 
-__all__ = ["CORE_LIMIT_FACTOR", "GRPCListener", "export"]
+__all__ = ["CORE_LIMIT_FACTOR", "GRPCListener", "export", "refuse_too_large"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,14 @@ async def export(intake: Intake, signal: Signal, request: bytes, authorization: 
     if isinstance(outcome, Failure):
         return outcome
     return bytes(outcome.SerializeToString())
+
+
+def refuse_too_large(intake: Intake, signal: Signal, size: int, authorization: str | bytes | None,
+                     limit: int) -> Failure:
+    """What :func:`export` answers a request of ``size`` bytes over ``limit``, for a transport
+    that counted an inflating request's bytes instead of keeping them."""
+    failure = intake.authorize(signal, authorization)
+    return failure or intake.refuse(signal, Failure.too_large(size, limit, "max_recv_msg_size_mib"))
 
 
 class GRPCListener:

@@ -31,9 +31,21 @@ class GrpcioServer(GRPCListener):
     _server: grpc.aio.Server | None = None
 
     async def _listen(self) -> str:
+        keepalive = self._settings.keepalive.server_parameters
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", CORE_LIMIT_FACTOR * self._limit),
+                # What gRPC core lets us bound of the native server's limits (receiver/README.md).
+                ("grpc.max_concurrent_streams", self._settings.max_concurrent_streams),
+                ("grpc.max_metadata_size", self._settings.limits.max_header_list_size),
+                ("grpc.keepalive_time_ms", int(keepalive.time * 1000) or 2**31 - 1),
+                ("grpc.keepalive_timeout_ms", int(keepalive.timeout * 1000)),
+                *([("grpc.max_connection_idle_ms", int(keepalive.max_connection_idle * 1000))]
+                  if keepalive.max_connection_idle else []),
+                *([("grpc.max_connection_age_ms", int(keepalive.max_connection_age * 1000))]
+                  if keepalive.max_connection_age else []),
+                *([("grpc.max_connection_age_grace_ms", int(keepalive.max_connection_age_grace * 1000))]
+                  if keepalive.max_connection_age_grace else []),
                 # gRPC turns SO_REUSEPORT on by default, which lets a second instance share the
                 # port silently; only a deliberate multi-process setup should.
                 ("grpc.so_reuseport", 1 if self._reuse_port else 0),

@@ -15,15 +15,19 @@ from grpc_status import rpc_status
 
 from gputally.endpoint import listen
 from gputally.h2 import GrpcError, Metadata, Method, Server
-from gputally.h2.server import UnaryHandler
+from gputally.h2.limits import Limits
+from gputally.h2.server import TooLargeHandler, UnaryHandler
 from gputally.otlp.signals import SIGNALS, Signal
 
-from .grpc_export import CORE_LIMIT_FACTOR, GRPCListener, export
+from .config import GRPCSettings
+from .grpc_export import CORE_LIMIT_FACTOR, GRPCListener, export, refuse_too_large
 from .status import Failure
 
-__all__ = ["GRPCServer"]
+__all__ = ["GRPCServer", "h2_limits"]
 
 log = logging.getLogger(__name__)
+
+_MIB = 1024 * 1024
 
 
 class GRPCServer(GRPCListener):
@@ -32,13 +36,18 @@ class GRPCServer(GRPCListener):
     _server: Server | None = None
 
     async def _listen(self) -> str:
-        methods = {SIGNALS[s].grpc_method: Method(self._export_handler(s)) for s in sorted(self._intake.signals)}
+        methods = {
+            SIGNALS[s].grpc_method: Method(self._export_handler(s), max_request=self._limit,
+                                           too_large=self._too_large_handler(s))
+            for s in sorted(self._intake.signals)
+        }
         methods.update(self._health.methods())
         self._server = Server(
             methods,
             max_receive_message_length=CORE_LIMIT_FACTOR * self._limit,
             ssl_context=self._tls.h2_ssl_context if self._tls else None,
             reuse_port=self._reuse_port,
+            limits=h2_limits(self._settings),
         )
         return await self._bind(self._server)
 
@@ -62,3 +71,40 @@ class GRPCServer(GRPCListener):
             raise GrpcError(status.code, status.details, tuple(status.trailing_metadata))
 
         return handle
+
+    def _too_large_handler(self, signal: Signal) -> TooLargeHandler:
+        """A gzip request that inflated past the limit: answered as :func:`export` answers an
+        oversized one, without its bytes (only their count was kept)."""
+        intake, limit = self._intake, self._limit
+
+        async def refuse(size: int, metadata: Metadata) -> bytes:
+            authorization = next((value for key, value in metadata if key == "authorization"), None)
+            failure = refuse_too_large(intake, signal, size, authorization, limit)
+            status = rpc_status.to_status(failure.rpc_status())
+            raise GrpcError(status.code, status.details, tuple(status.trailing_metadata))
+
+        return refuse
+
+
+def h2_limits(settings: GRPCSettings) -> Limits:
+    """The native server's limits from ``protocols.grpc``."""
+    limits, keepalive = settings.limits, settings.keepalive.server_parameters
+    return Limits(
+        max_concurrent_streams=settings.max_concurrent_streams,
+        max_header_list_size=limits.max_header_list_size,
+        max_continuation_frames=limits.max_continuation_frames,
+        max_queued_control_frames=limits.max_queued_control_frames,
+        max_settings_entries=limits.max_settings_entries,
+        reset_burst=limits.reset_burst,
+        reset_rate=limits.reset_rate,
+        max_buffered_request_bytes=limits.max_buffered_request_mib * _MIB,
+        max_process_buffered_request_bytes=limits.max_process_buffered_request_mib * _MIB,
+        max_output_buffer=limits.max_output_buffer_kib * 1024,
+        write_timeout=limits.write_timeout,
+        read_timeout=limits.read_timeout,
+        max_connection_idle=keepalive.max_connection_idle,
+        max_connection_age=keepalive.max_connection_age,
+        max_connection_age_grace=keepalive.max_connection_age_grace,
+        keepalive_time=keepalive.time,
+        keepalive_timeout=keepalive.timeout,
+    )

@@ -41,6 +41,21 @@ class Transport(asyncio.Transport):
     def abort(self) -> None:
         self.closing = True
 
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0  # everything written is taken at once
+
+    def pause_reading(self) -> None:
+        pass
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def resume_reading(self) -> None:
+        pass
+
 
 def frames_of(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
     return frame(kind, flags, stream, payload)

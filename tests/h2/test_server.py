@@ -230,8 +230,8 @@ async def still_serves(port: int) -> None:
         pytest.param(struct.pack(">BHBBI", 0x20, 0, Type.DATA, 0, 1), ErrorCode.FRAME_SIZE_ERROR, id="huge-frame"),
         pytest.param(frame(Type.DATA, 0, 0, b"x"), ErrorCode.PROTOCOL_ERROR, id="data-on-stream-0"),
         pytest.param(frame(Type.DATA, 0, 9, b"x"), ErrorCode.PROTOCOL_ERROR, id="data-on-idle-stream"),
-        pytest.param(frame(Type.PING, 0, 0, b"short"), ErrorCode.PROTOCOL_ERROR, id="short-ping"),
-        pytest.param(frame(Type.SETTINGS, 0, 0, b"12345"), ErrorCode.PROTOCOL_ERROR, id="ragged-settings"),
+        pytest.param(frame(Type.PING, 0, 0, b"short"), ErrorCode.FRAME_SIZE_ERROR, id="short-ping"),
+        pytest.param(frame(Type.SETTINGS, 0, 0, b"12345"), ErrorCode.FRAME_SIZE_ERROR, id="ragged-settings"),
         pytest.param(window_update(0, 0), ErrorCode.PROTOCOL_ERROR, id="zero-window-update"),
         pytest.param(window_update(0, 2**31 - 1), ErrorCode.FLOW_CONTROL_ERROR, id="window-overflow"),
         pytest.param(frame(Type.CONTINUATION, Flag.END_HEADERS, 1, b""), ErrorCode.PROTOCOL_ERROR,
@@ -336,15 +336,16 @@ async def test_a_header_block_split_over_continuations(server: tuple[Server, int
     assert payload == b"\x00\x00\x00\x00\x02ba"
 
 
-async def test_headers_after_the_request_ended_break_the_connection(server: tuple[Server, int],
-                                                                   handlers: Handlers) -> None:
+async def test_headers_after_the_request_ended_reset_the_stream(server: tuple[Server, int],
+                                                                handlers: Handlers) -> None:
     _, port = server
     client = await Raw.open(port)
     client.request(1, SLOW)  # ended, and held by the handler
     await asyncio.wait_for(handlers.started.wait(), 5)
     client.send(frame(Type.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, encoder.encode([("x", "y")])))
-    assert await client.goaway_code() == ErrorCode.PROTOCOL_ERROR
-    await asyncio.wait_for(handlers.cancelled.wait(), 5)  # its call ends with the connection
+    kind, _, stream, payload = await client.frame()  # half-closed (remote): STREAM_CLOSED (RFC 9113 5.1)
+    assert (kind, stream, struct.unpack(">I", payload)[0]) == (Type.RST_STREAM, 1, ErrorCode.STREAM_CLOSED)
+    await asyncio.wait_for(handlers.cancelled.wait(), 5)  # its call ends with the stream
     await still_serves(port)
 
 

@@ -4,7 +4,7 @@ Marking each of several hundred tests by hand would drift; the harness already s
 heavy. A test is ``integration`` when the test function or any fixture it uses (transitively)
 is defined in a harness package, or names an object from one (a class or function such as
 ``KubeCluster`` or ``build``): those start kube-apiserver/etcd, otelcol, Prometheus, helm,
-Slurm, the buildah image or systemd-analyze, all made by ``make harness``. Type annotations
+Slurm, the buildah image, systemd-analyze or h2spec, all made by ``make harness``. Type annotations
 do not count (they are strings here), so a module that imports ``KubeCluster`` only to annotate
 a fixture's type leaves its other tests in the quick run.
 """
@@ -28,6 +28,7 @@ HARNESS_PACKAGES = (
     "harness.slurm",
     "harness.image",
     "harness.systemd",
+    "harness.h2spec",
 )
 #: Modules inside them that only build data in memory and start nothing.
 STARTS_NOTHING = ("harness.prometheus.otlp",)

@@ -8,8 +8,8 @@ rules (:mod:`.grpc`), a server (:mod:`.server`) and a reconnecting client channe
 (:mod:`.client`).
 """
 
-from .client import Channel, Target, parse_target
+from .client import Channel, Proxy, Target, parse_target, proxy_for
 from .grpc import GrpcError, Metadata
 from .server import Method, Server
 
-__all__ = ["Channel", "GrpcError", "Metadata", "Method", "Server", "Target", "parse_target"]
+__all__ = ["Channel", "GrpcError", "Metadata", "Method", "Proxy", "Server", "Target", "parse_target", "proxy_for"]

@@ -12,17 +12,24 @@ never started, and calls on a connection that broke, end UNAVAILABLE (retryable)
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import ipaddress
 import logging
+import os
 import random
+import socket
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
 
 import grpc
 
 from . import hpack
 from .connection import Connection
 from .frames import ErrorCode
+from .limits import Limits
 from .grpc import (
     GrpcError,
     Metadata,
@@ -35,7 +42,7 @@ from .grpc import (
     status_from,
 )
 
-__all__ = ["Channel", "Target", "parse_target"]
+__all__ = ["Channel", "Proxy", "Target", "parse_target", "proxy_for"]
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +122,7 @@ class _ClientConnection(Connection):
     client = True
 
     def __init__(self, channel: Channel) -> None:
-        super().__init__()
+        super().__init__(limits=channel._limits)
         self._channel = channel
         self._next_stream = 1
         self._calls: dict[int, _Pending] = {}
@@ -219,6 +226,12 @@ class _ClientConnection(Connection):
     def _on_settings(self) -> None:
         self._freed()
 
+    def _may_ping(self) -> bool:
+        return bool(self._calls) or self._channel._keepalive_without_calls
+
+    def _report(self, limit: str, detail: str) -> None:
+        log.debug("connection to %s hit %s: %s", self._channel.description, limit, detail)
+
     def _freed(self) -> None:
         self._room.set()
         if self.draining and not self._calls:
@@ -239,8 +252,15 @@ class Channel:
         max_backoff: float = 120.0,
         connect_timeout: float = 20.0,
         rng: random.Random | None = None,
+        keepalive_time: float = 0.0,
+        keepalive_timeout: float = 20.0,
+        keepalive_permit_without_stream: bool = False,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self._target = parse_target(target)
+        self._limits = Limits(keepalive_time=keepalive_time, keepalive_timeout=keepalive_timeout, read_timeout=0)
+        self._keepalive_without_calls = keepalive_permit_without_stream
+        self._proxy = proxy_for(self._target, os.environ if environ is None else environ)
         self.description = target
         self._ssl = ssl_context
         if ssl_context is not None:
@@ -361,13 +381,23 @@ class Channel:
         try:
             async with asyncio.timeout(self._connect_timeout):
                 if target.path is not None:
-                    _, connection = await loop.create_unix_connection(
+                    transport, connection = await loop.create_unix_connection(
                         lambda: _ClientConnection(self), target.path, ssl=self._ssl,
                         server_hostname=self._server_hostname or ("localhost" if self._ssl else None))
+                elif self._proxy is not None:
+                    sock = await _tunnel(self._proxy, target)
+                    transport, connection = await loop.create_connection(
+                        lambda: _ClientConnection(self), sock=sock, ssl=self._ssl,
+                        server_hostname=(self._server_hostname or target.host) if self._ssl else None)
                 else:
-                    _, connection = await loop.create_connection(
+                    transport, connection = await loop.create_connection(
                         lambda: _ClientConnection(self), target.host, target.port, ssl=self._ssl,
                         server_hostname=(self._server_hostname or target.host) if self._ssl else None)
+                if self._ssl is not None:
+                    tls = transport.get_extra_info("ssl_object")
+                    if tls is None or tls.selected_alpn_protocol() != "h2":
+                        transport.abort()
+                        raise OSError("the server did not select h2 by ALPN")
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             self._failed(exc)
             raise OSError(self._last_error) from exc
@@ -396,3 +426,89 @@ class Channel:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+
+@dataclass(frozen=True)
+class Proxy:
+    """An HTTP proxy reached with CONNECT: its address and its Basic credentials, if any."""
+
+    host: str
+    port: int
+    authorization: str | None = None
+
+
+def proxy_for(target: Target, environ: Mapping[str, str]) -> Proxy | None:
+    """The proxy a TCP target is reached through, as gRPC core chooses it: ``grpc_proxy``,
+    else ``https_proxy`` / ``HTTPS_PROXY``, else ``http_proxy`` / ``HTTP_PROXY``, unless the
+    host matches ``no_proxy`` / ``NO_PROXY`` (a name or a suffix of one, an IP, a CIDR, ``*``)."""
+    if target.path is not None:
+        return None
+    url = next((environ[key] for key in ("grpc_proxy", "https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY")
+                if environ.get(key)), "")
+    if not url or _no_proxy(target.host, environ.get("no_proxy") or environ.get("NO_PROXY") or ""):
+        return None
+    parsed = urlsplit(url if "://" in url else f"http://{url}")
+    if parsed.scheme != "http" or not parsed.hostname:
+        log.warning("ignoring proxy %r: only http:// proxies (CONNECT) are supported", url)
+        return None
+    authorization = None
+    if parsed.username is not None:
+        credentials = f"{unquote(parsed.username)}:{unquote(parsed.password or '')}".encode()
+        authorization = "Basic " + base64.b64encode(credentials).decode("ascii")
+    return Proxy(parsed.hostname, parsed.port or 80, authorization)
+
+
+def _no_proxy(host: str, rules: str) -> bool:
+    host = host.strip("[]").lower()
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for rule in (r.strip().lower() for r in rules.split(",")):
+        if not rule:
+            continue
+        if rule == "*":
+            return True
+        if address is not None:
+            try:
+                if address in ipaddress.ip_network(rule.strip("[]"), strict=False):
+                    return True
+            except ValueError:
+                pass
+            continue
+        rule = rule.lstrip(".")
+        if host == rule or host.endswith("." + rule):
+            return True
+    return False
+
+
+async def _tunnel(proxy: Proxy, target: Target) -> socket.socket:
+    """A socket to ``target`` through ``proxy``'s HTTP CONNECT (the caller bounds the time)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(proxy.host, proxy.port, type=socket.SOCK_STREAM)
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setblocking(False)
+        await loop.sock_connect(sock, address)
+        authority = target.authority
+        request = f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n"
+        if proxy.authorization:
+            request += f"Proxy-Authorization: {proxy.authorization}\r\n"
+        await loop.sock_sendall(sock, (request + "\r\n").encode("latin-1"))
+        # Byte by byte: what follows the answer's head is the server's, and must stay unread.
+        answer = bytearray()
+        while not answer.endswith(b"\r\n\r\n"):
+            byte = await loop.sock_recv(sock, 1)
+            if not byte or len(answer) > 16384:
+                raise OSError(f"proxy {proxy.host}:{proxy.port} closed or sent no CONNECT answer")
+            answer += byte
+        line = bytes(answer.split(b"\r\n", 1)[0])
+        status = line.split()
+        if len(status) < 2 or status[1] != b"200":
+            raise OSError(f"proxy {proxy.host}:{proxy.port} refused CONNECT {authority}: "
+                          f"{line.decode('latin-1')[:100]}")
+    except BaseException:
+        sock.close()
+        raise
+    return sock

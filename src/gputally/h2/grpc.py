@@ -21,6 +21,7 @@ import grpc
 __all__ = [
     "CODES",
     "GrpcError",
+    "Inflater",
     "MessageTooLarge",
     "Metadata",
     "decode_metadata",
@@ -30,6 +31,7 @@ __all__ = [
     "message",
     "parse_timeout",
     "read_message",
+    "split_message",
     "status_headers",
 ]
 
@@ -78,6 +80,11 @@ def message(payload: bytes, *, compressed: bool = False) -> bytes:
     return _PREFIX.pack(1 if compressed else 0, len(payload)) + payload
 
 
+INLINE_INFLATE = 4 * 2**20
+"""Bytes a gzip message may inflate to on the event loop; the rest is inflated in a thread."""
+_INFLATE_STEP = 1 * 2**20
+
+
 def read_message(body: bytes, encoding: str | None, limit: int) -> bytes:
     """The one message of a unary call's body, decompressed; ValueError when it is not one."""
     if len(body) < 5:
@@ -102,6 +109,70 @@ def gzip(payload: bytes) -> bytes:
     return compressor.compress(payload) + compressor.flush()
 
 
+def split_message(body: bytes, encoding: str | None, limit: int) -> tuple[bytes, bool]:
+    """The one message of a unary call's body and whether it is gzip (to be inflated by an
+    :class:`Inflater`); ValueError when it is not one, MessageTooLarge for a plain one over ``limit``."""
+    if len(body) < 5:
+        raise ValueError("the body is shorter than a message prefix")
+    compressed, length = _PREFIX.unpack_from(body)
+    if length != len(body) - 5:
+        raise ValueError(f"the body holds {len(body) - 5} bytes after a prefix of {length}")
+    if not compressed:
+        if length > limit:
+            raise MessageTooLarge(length, limit)
+        return body[5:], False
+    if compressed != 1:
+        raise ValueError(f"compressed flag {compressed}")
+    if encoding != "gzip":
+        raise ValueError(f"a compressed message in grpc-encoding {encoding or 'identity'}")
+    return body[5:], True
+
+
+class Inflater:
+    """A gzip message inflated in bounded steps (``zlib`` with ``max_length``): never more
+    than ``limit`` + one step is inflated, and only the first ``keep`` bytes are kept; past
+    them the rest is only counted (its size decides the answer, its bytes are not needed).
+    A bomb costs one step of memory and stops at ``limit``."""
+
+    def __init__(self, payload: bytes, *, keep: int, limit: int) -> None:
+        self._decompressor = zlib.decompressobj(31)
+        self._input = payload
+        self._keep = keep
+        self._limit = limit
+        self._parts: list[bytes] | None = []
+        self.size = 0
+        self.done = False
+
+    def run(self, budget: int) -> None:
+        """Inflate about ``budget`` bytes more (all of it when ``budget`` is large enough)."""
+        decompressor = self._decompressor
+        spent = 0
+        while not self.done and spent < budget:
+            try:
+                chunk = decompressor.decompress(self._input, min(_INFLATE_STEP, self._limit + 1 - self.size))
+            except zlib.error as exc:
+                raise ValueError(f"not gzip: {exc}") from exc
+            self._input = decompressor.unconsumed_tail
+            self.size += len(chunk)
+            spent += len(chunk) or 1
+            if self.size > self._limit:
+                raise MessageTooLarge(self.size, self._limit)
+            if self._parts is not None:
+                if self.size <= self._keep:
+                    self._parts.append(chunk)
+                else:
+                    self._parts = None  # past what the handler takes: count only
+            if decompressor.eof:
+                self.done = True
+            elif not chunk and not self._input:
+                raise ValueError("truncated gzip")
+
+    @property
+    def message(self) -> bytes | None:
+        """The whole message once done; None when it was larger than ``keep``."""
+        return None if self._parts is None else b"".join(self._parts)
+
+
 def gunzip(payload: bytes, limit: int) -> bytes:
     """Decompressed, never past ``limit`` + 1 bytes (a small request cannot become a huge one)."""
     decompressor = zlib.decompressobj(31)
@@ -118,9 +189,10 @@ def gunzip(payload: bytes, limit: int) -> bytes:
 
 def parse_timeout(value: str) -> float | None:
     """Seconds of a ``grpc-timeout`` value; None when it is malformed (then ignored)."""
-    if not 2 <= len(value) <= 9 or not value[:-1].isdigit() or value[-1] not in _UNITS:
+    digits = value[:-1]
+    if not 2 <= len(value) <= 9 or not (digits.isascii() and digits.isdigit()) or value[-1] not in _UNITS:
         return None
-    return int(value[:-1]) * _UNITS[value[-1]]
+    return int(digits) * _UNITS[value[-1]]
 
 
 def format_timeout(seconds: float) -> str:
@@ -176,7 +248,7 @@ def status_from(headers: list[tuple[str, str]]) -> GrpcError | None:
     details = ""
     for name, value in headers:
         if name == "grpc-status":
-            code = CODES.get(int(value)) if value.isdigit() else None
+            code = CODES.get(int(value)) if value.isascii() and value.isdigit() else None
             code = code or grpc.StatusCode.UNKNOWN
         elif name == "grpc-message":
             details = unquote(value, errors="replace")
@@ -195,4 +267,4 @@ _HTTP_CODES = {400: grpc.StatusCode.INTERNAL, 401: grpc.StatusCode.UNAUTHENTICAT
 
 def http_status_code(status: str) -> grpc.StatusCode:
     """The gRPC code for a response that is not HTTP 200 (the spec's table)."""
-    return _HTTP_CODES.get(int(status) if status.isdigit() else 0, grpc.StatusCode.UNKNOWN)
+    return _HTTP_CODES.get(int(status) if status.isascii() and status.isdigit() else 0, grpc.StatusCode.UNKNOWN)

@@ -13,10 +13,11 @@ from collections.abc import Iterable
 
 import hpack
 
-__all__ = ["Decoder", "HeaderError", "encode", "indexed"]
+__all__ = ["Decoder", "HeaderError", "OversizedHeaderListError", "encode", "indexed"]
 
 Decoder = hpack.Decoder
 HeaderError = hpack.HPACKError
+OversizedHeaderListError = hpack.OversizedHeaderListError
 
 # RFC 7541 Appendix A: the static table entries gRPC's pseudo-headers and content type use.
 _STATIC_NAMES = {":authority": 1, ":method": 2, ":path": 4, ":scheme": 6, ":status": 8, "content-type": 31,

@@ -27,11 +27,26 @@ from dataclasses import dataclass
 import grpc
 
 from . import hpack
-from .connection import Connection, ProtocolError
-from .frames import ErrorCode
-from .grpc import GrpcError, MessageTooLarge, Metadata, decode_metadata, message, parse_timeout, read_message, status_headers
+from gputally.logthrottle import LogThrottle
 
-__all__ = ["Method", "Server", "StreamingHandler", "UnaryHandler"]
+from .connection import Connection
+from .core import StreamState
+from .frames import ErrorCode
+from .limits import Limits
+from .grpc import (
+    INLINE_INFLATE,
+    GrpcError,
+    Inflater,
+    MessageTooLarge,
+    Metadata,
+    decode_metadata,
+    message,
+    parse_timeout,
+    split_message,
+    status_headers,
+)
+
+__all__ = ["Method", "Server", "StreamingHandler", "TooLargeHandler", "UnaryHandler"]
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +54,9 @@ UnaryHandler = Callable[[bytes, Metadata], Awaitable[bytes]]
 """Request bytes and metadata -> response bytes; raise GrpcError for another status."""
 StreamingHandler = Callable[[bytes, Metadata, Callable[[bytes], None]], Awaitable[None]]
 """Request bytes, metadata and a ``send`` for each response message; returns when the stream ends."""
+TooLargeHandler = Callable[[int, Metadata], Awaitable[bytes]]
+"""The size of a request above its method's ``max_request`` and the metadata -> as a UnaryHandler."""
 
-MAX_CONCURRENT_STREAMS = 1000
 PREFACE_TIMEOUT = 10.0
 """Seconds a new connection has to send the HTTP/2 preface; a silent one is closed."""
 
@@ -57,10 +73,14 @@ class Method:
 
     handler: UnaryHandler | StreamingHandler
     streaming: bool = False
+    max_request: int | None = None
+    """The largest request the handler takes; a gzip one inflating beyond it is only counted
+    on (up to the server's limit), and ``too_large`` answers instead of the handler."""
+    too_large: TooLargeHandler | None = None
 
 
 class _Call:
-    __slots__ = ("encoding", "method", "metadata", "parts", "size", "task", "timeout")
+    __slots__ = ("encoding", "held", "method", "metadata", "parts", "size", "task", "timeout")
 
     def __init__(self, method: Method, encoding: str | None, timeout: float | None, metadata: Metadata) -> None:
         self.method = method
@@ -69,18 +89,27 @@ class _Call:
         self.metadata = metadata
         self.parts: list[bytes] = []
         self.size = 0
+        self.held = 0
+        """Of ``size``, the bytes counted against the connection's and the process's budgets."""
         self.task: asyncio.Task[None] | None = None
+
+
+class _Budget:
+    """Request bytes held for handlers not started yet, across every server of the process."""
+
+    held = 0
 
 
 class _ServerConnection(Connection):
     client = False
 
     def __init__(self, server: Server) -> None:
-        super().__init__(max_concurrent_streams=MAX_CONCURRENT_STREAMS)
+        super().__init__(limits=server.limits)
         self._server = server
         self._calls: dict[int, _Call] = {}
         self._last_stream = 0
         self._draining = False
+        self._buffered = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -94,8 +123,8 @@ class _ServerConnection(Connection):
             log.debug("closing a connection that sent no HTTP/2 preface in %.0f s", PREFACE_TIMEOUT)
             self.abort()
 
-    def _last_peer_stream(self) -> int:
-        return self._last_stream
+    def _report(self, limit: str, detail: str) -> None:
+        self._server._throttle.log(limit, logging.WARNING, "gRPC peer %s hit %s: %s", self.peer, limit, detail)
 
     def drain(self) -> None:
         """GOAWAY: the streams already opened finish, no new one is taken."""
@@ -105,23 +134,19 @@ class _ServerConnection(Connection):
             if not self._calls:
                 self.close()
 
+    def _retire(self, why: str) -> None:
+        self.drain()
+
     def _on_headers(self, stream_id: int, headers: list[tuple[str, str]], end_stream: bool) -> None:
-        call = self._calls.get(stream_id)
-        if call is not None:  # the request's trailers
-            if not end_stream or call.task is not None:
-                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {stream_id} after its request")
-            self._dispatch(stream_id, call)
+        if stream_id <= self._last_stream:  # the request's trailers (the core saw they end it)
+            call = self._calls.get(stream_id)
+            if call is not None and call.task is None:
+                self._dispatch(stream_id, call)
             return
-        if stream_id % 2 == 0 or stream_id <= self._last_stream:
-            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"HEADERS opening stream {stream_id}")
         self._last_stream = stream_id
         if self._draining:
             self.reset(stream_id, ErrorCode.REFUSED_STREAM)
             return
-        if len(self._calls) >= MAX_CONCURRENT_STREAMS:
-            self.reset(stream_id, ErrorCode.REFUSED_STREAM)
-            return
-        self._open(stream_id)
         fields = dict(headers)
         if fields.get(":method") != "POST":
             self._http_error(stream_id, "405")
@@ -129,43 +154,83 @@ class _ServerConnection(Connection):
         if not fields.get("content-type", "").startswith("application/grpc"):
             self._http_error(stream_id, "415")
             return
-        method = self._server._methods.get(fields.get(":path", ""))
+        path = fields[":path"]
+        method = self._server._methods.get(path)
         if method is None:
-            path = fields.get(":path", "")
-            self._answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {path}")
+            shown = path if len(path) <= 100 else path[:100] + "..."  # an echo must not amplify
+            self._answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {shown}")
             return
         encoding = fields.get("grpc-encoding")
         if encoding not in (None, "identity", "gzip"):
-            self._answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, f"grpc-encoding {encoding} is not supported",
-                                (("grpc-accept-encoding", _ACCEPT),))
+            self._answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED,
+                                f"grpc-encoding {encoding[:32]} is not supported", (("grpc-accept-encoding", _ACCEPT),))
             return
         timeout = parse_timeout(fields["grpc-timeout"]) if "grpc-timeout" in fields else None
         call = self._calls[stream_id] = _Call(method, encoding, timeout, decode_metadata(headers))
         if end_stream:
             self._dispatch(stream_id, call)
 
+    def _on_headers_too_large(self, stream_id: int, size: int, end_stream: bool) -> None:
+        self._last_stream = stream_id
+        self._answer_early(stream_id, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                           f"Header list of {size} bytes exceeds the limit of {self.limits.max_header_list_size}")
+
     def _on_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
         call = self._calls.get(stream_id)
         if call is None or call.task is not None:
-            if stream_id > self._last_stream:
-                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"DATA on idle stream {stream_id}")
-            return  # a stream answered or reset already: its remaining data is dropped
+            return  # a stream answered already: its remaining data is dropped
+        size = len(data)
         call.parts.append(data)
-        call.size += len(data)
+        call.size += size
         if call.size > self._server._body_limit:
-            del self._calls[stream_id]
-            self._answer_status(
+            self._drop(stream_id)
+            self._answer_early(
                 stream_id,
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"Received message larger than max ({call.size - 5} vs. {self._server._message_limit})",
             )
-            self.reset(stream_id, ErrorCode.NO_ERROR)  # stop the upload; the answer is complete
             return
+        limits = self.limits
+        if self._buffered + size > limits.max_buffered_request_bytes:
+            self._over_budget(stream_id, "max_buffered_request_bytes", self._buffered)
+            return
+        if _Budget.held + size > limits.max_process_buffered_request_bytes:
+            self._over_budget(stream_id, "max_process_buffered_request_bytes", _Budget.held)
+            return
+        call.held += size
+        self._buffered += size
+        _Budget.held += size
         if end_stream:
             self._dispatch(stream_id, call)
 
-    def _on_reset(self, stream_id: int, code: int) -> None:
+    def _over_budget(self, stream_id: int, limit: str, held: int) -> None:
+        self._report(limit, f"{held} request bytes already held; stream {stream_id} refused")
+        self._drop(stream_id)
+        self._answer_early(stream_id, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                           "the server holds too many unfinished requests; retry later")
+
+    def _drop(self, stream_id: int) -> _Call | None:
+        """Forget a call and give back the request bytes it held."""
         call = self._calls.pop(stream_id, None)
+        if call is not None:
+            self._release(call)
+        return call
+
+    def _release(self, call: _Call) -> None:
+        if call.held:
+            self._buffered -= call.held
+            _Budget.held -= call.held
+            call.held = 0
+        call.parts = []
+
+    def _answer_early(self, stream_id: int, code: grpc.StatusCode, details: str) -> None:
+        """Answer before the request ended, then stop the upload (the answer is complete)."""
+        self._answer_status(stream_id, code, details)
+        if self.stream_state(stream_id) is not StreamState.CLOSED:
+            self.reset(stream_id, ErrorCode.NO_ERROR)
+
+    def _on_reset(self, stream_id: int, code: int) -> None:
+        call = self._drop(stream_id)
         if call is not None and call.task is not None:
             call.task.cancel()
         self._maybe_close()
@@ -177,37 +242,61 @@ class _ServerConnection(Connection):
         self._silent.cancel()
         self._server._connections.discard(self)
         for call in self._calls.values():
+            self._release(call)
             if call.task is not None:
                 call.task.cancel()
         self._calls.clear()
 
+    def _on_tick(self, now: float) -> None:
+        """A request whose body did not end within ``read_timeout`` is answered and reset."""
+        timeout = self.limits.read_timeout
+        if timeout <= 0:
+            return
+        late = [s.id for s in self._streams.values()
+                if s.state in (StreamState.OPEN, StreamState.HALF_CLOSED_LOCAL) and now - s.opened > timeout]
+        for stream_id in late:
+            call = self._drop(stream_id)
+            if call is not None and call.task is None:
+                self._answer_early(stream_id, grpc.StatusCode.DEADLINE_EXCEEDED,
+                                   f"the request did not end within {timeout:g} s")
+            else:
+                self.reset(stream_id, ErrorCode.NO_ERROR)
+        if late:
+            self._report("read_timeout", f"{len(late)} request(s) unfinished after {timeout:g} s; reset")
+            self._maybe_close()
+
     def _dispatch(self, stream_id: int, call: _Call) -> None:
         body = call.parts[0] if len(call.parts) == 1 else b"".join(call.parts)
-        call.parts = []
+        self._release(call)
         call.task = asyncio.get_running_loop().create_task(self._run(stream_id, call, body))
 
     async def _run(self, stream_id: int, call: _Call, body: bytes) -> None:
         try:
             try:
-                request = read_message(body, call.encoding, self._server._message_limit)
+                request = await self._message(call, body)
             except MessageTooLarge as exc:
                 raise GrpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc).capitalize()) from exc
             except ValueError as exc:
                 raise GrpcError(grpc.StatusCode.INTERNAL, f"Failed parsing the request: {exc}") from exc
             if call.method.streaming:
+                assert isinstance(request, bytes)
                 await self._stream(stream_id, call, request)
                 return
-            handler = call.method.handler
+            if isinstance(request, int):  # over the method's max_request: answered by its too_large
+                assert call.method.too_large is not None
+                answer = call.method.too_large(request, call.metadata)
+            else:
+                answer = call.method.handler(request, call.metadata)  # type: ignore[call-arg,assignment]
             if call.timeout is None:
-                response = await handler(request, call.metadata)  # type: ignore[call-arg]
+                response = await answer
             else:
                 try:
                     async with asyncio.timeout(call.timeout):
-                        response = await handler(request, call.metadata)  # type: ignore[call-arg]
+                        response = await answer
                 except TimeoutError:
                     raise GrpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
             if self._calls.pop(stream_id, None) is not None:
-                self.send(stream_id, _RESPONSE, message(response), _OK)  # type: ignore[arg-type]
+                self.send(stream_id, _RESPONSE, message(response), _OK)
         except GrpcError as error:
             if self._calls.pop(stream_id, None) is not None:
                 self._answer_status(stream_id, error.code, error.details, error.trailers)
@@ -220,6 +309,24 @@ class _ServerConnection(Connection):
                 self._answer_status(stream_id, grpc.StatusCode.UNKNOWN, "Unexpected error in the handler")
         finally:
             self._maybe_close()
+
+    async def _message(self, call: _Call, body: bytes) -> bytes | int:
+        """The request message, inflated if gzip: at most ``INLINE_INFLATE`` bytes of it on the
+        event loop, the rest in a thread (zlib lets go of the GIL). Only its size when it is
+        larger than the method's ``max_request`` and the method has a ``too_large`` answer."""
+        limit = self._server._message_limit
+        payload, compressed = split_message(body, call.encoding, limit)
+        method = call.method
+        keep = method.max_request if method.max_request is not None and method.too_large is not None else limit
+        if not compressed:
+            return payload if len(payload) <= keep else len(payload)
+        inflater = Inflater(payload, keep=keep, limit=limit)
+        del payload, body
+        inflater.run(INLINE_INFLATE)
+        if not inflater.done:
+            await asyncio.to_thread(inflater.run, limit + 1)
+        message = inflater.message
+        return inflater.size if message is None else message
 
     async def _stream(self, stream_id: int, call: _Call, request: bytes) -> None:
         started = False
@@ -244,7 +351,6 @@ class _ServerConnection(Connection):
         self.send(stream_id, hpack.encode([(":status", status)]))
 
     def _local_end(self, stream_id: int) -> None:
-        self._forget(stream_id)  # the answer is out; nothing more is sent or owed on this stream
         self._maybe_close()
 
     def _maybe_close(self) -> None:
@@ -262,8 +368,13 @@ class Server:
         max_receive_message_length: int,
         ssl_context: ssl.SSLContext | None = None,
         reuse_port: bool = False,
+        limits: Limits | None = None,
     ) -> None:
         self._methods = dict(methods)
+        self.limits = limits or Limits()
+        self._throttle = LogThrottle(log)
+        """One WARNING line a minute per limit hit, naming the peer (the next one says how many
+        more there were)."""
         self._message_limit = max_receive_message_length
         self._body_limit = max_receive_message_length + 5
         self._ssl = ssl_context

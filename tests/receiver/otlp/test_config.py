@@ -107,3 +107,20 @@ def test_checked_shapes_budget_is_bounded(mib: int) -> None:
 def test_every_key_is_documented(model: type[BaseModel]) -> None:
     undocumented = [name for name, field in model.model_fields.items() if not field.description]
     assert undocumented == []
+
+
+def test_the_grpc_limits_reach_the_native_server() -> None:
+    from gputally.h2.limits import Limits
+    from gputally.receiver.otlp.grpc_server import h2_limits
+
+    assert h2_limits(GRPCSettings()) == Limits()  # the config's defaults are the server's
+    settings = GRPCSettings.model_validate({
+        "max_concurrent_streams": 100,
+        "keepalive": {"server_parameters": {"max_connection_idle": "5m", "time": "1h", "timeout": "5s"}},
+        "limits": {"reset_rate": 10, "max_buffered_request_mib": 64, "read_timeout": "20s"},
+    })
+    limits = h2_limits(settings)
+    assert (limits.max_concurrent_streams, limits.max_connection_idle, limits.keepalive_time) == (100, 300.0, 3600.0)
+    assert (limits.reset_rate, limits.max_buffered_request_bytes, limits.read_timeout) == (10, 64 << 20, 20.0)
+    with pytest.raises(ValidationError, match="max_continuation"):
+        GRPCSettings.model_validate({"limits": {"max_continuation": 3}})  # a typo is an error
