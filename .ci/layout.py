@@ -19,7 +19,7 @@ SOURCE_SUFFIXES = (".py", ".pyi")
 
 
 def installed_layout(pyproject: Path) -> dict[Path, Path]:
-    """Each installed module file (relative, e.g. ``gputally/receiver/intake.py``) -> its
+    """Each installed module file (relative, e.g. ``gputally/receiver/otlp/intake.py``) -> its
     source file, from ``[tool.setuptools] packages`` and ``package-dir``."""
     setuptools = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]
     package_dir: dict[str, str] = setuptools.get("package-dir", {})

@@ -7,7 +7,7 @@ Two deployment shapes (``mode``):
   read ``/proc`` for processes the probe sent without a cgroup hint.
 * ``gateway``: one gputally for the cluster. It watches every pod. Device allocations are
   node-local: the node probes read PodResources and send each GPU's holders as a hint
-  (``gputally.k8s.podresources.holders``, see probes/allocations.py), which gateway mode
+  (``gputally.k8s.podresources.holders``, see probes/core/allocations.py), which gateway mode
   turns into the same attribution node mode gives.
 """
 

@@ -55,7 +55,7 @@ __all__ = ["SlurmProcessor", "SlurmRuntime", "create"]
 
 log = logging.getLogger(__name__)
 
-# What the NVIDIA probe sends (probes/collector.py, probes/hints.py).
+# What the NVIDIA probe sends (probes/core/collector.py, probes/core/hints.py).
 HW_ID = "hw.id"
 HW_NAME = "hw.name"
 """``nvidia<minor>`` for a GPU whose device minor NVML reported (``gpu<index>`` otherwise)."""

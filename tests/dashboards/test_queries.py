@@ -1,6 +1,6 @@
 """Every panel of every dashboard, run against a real Prometheus fed by the real pipeline.
 
-The usage scene (tests/usage/scenario.py: an H200 time-sliced by two pods of a real
+The usage scene (tests/processors/usage/scenario.py: an H200 time-sliced by two pods of a real
 kube-apiserver, a real Slurm job's process on it) goes through ``gputally serve`` with ``k8s``,
 ``slurm`` and ``usage`` (GPU-hour and energy prices set) into Prometheus' OTLP receiver: the
 probe's ``hw.*`` and ``gputally.gpu.*`` series and the usage counters. Grafana's variables are
