@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -40,12 +41,13 @@ __all__ = ["METHODS", "BridgeReceiver", "create"]
 log = logging.getLogger(__name__)
 
 _SERVICE = "/gputally.bridge.v1.Bridge"
-METHODS: dict[Signal, tuple[str, type[Message], type[Message]]] = {
+METHODS: dict[Signal, tuple[str, type[Any], type[Any]]] = {
     Signal.METRICS: (f"{_SERVICE}/ProcessMetrics", bridge_pb2.ProcessMetricsRequest, bridge_pb2.ProcessMetricsResponse),
     Signal.LOGS: (f"{_SERVICE}/ProcessLogs", bridge_pb2.ProcessLogsRequest, bridge_pb2.ProcessLogsResponse),
     Signal.TRACES: (f"{_SERVICE}/ProcessTraces", bridge_pb2.ProcessTracesRequest, bridge_pb2.ProcessTracesResponse),
 }
-"""Per signal: the method's path, its request and its response message."""
+"""Per signal: the method's path, its request and its response message (generated classes,
+typed ``Any``: the stubs declare no fields to mypy)."""
 _MAX_GRACE = 5.0
 """Longest wait for calls in flight at shutdown: the Collector's own timeout is shorter."""
 
