@@ -295,6 +295,12 @@ def test_tokens_come_from_secrets(helm: Helm) -> None:
     # Nothing secret in the ConfigMap or the pod spec.
     assert "backend-secret-token" not in json.dumps([d for d in docs if d["kind"] != "Secret"])
 
+    # pipeline-stage exports nothing (the bridge answers in the call): no backend token anywhere.
+    docs = render(helm, "pipeline-stage-slurm-monitoring")
+    assert {d["metadata"]["name"] for d in of_kind(docs, "Secret")} == {"gputally-slurm"}
+    assert "backend-secret-token" not in json.dumps(docs)
+    assert "bearertokenauth/backend" not in config_of(docs).get("extensions", {})
+
     docs = render(helm, "gateway-existing-secrets")
     assert not of_kind(docs, "Secret")
     ((deployment, _),) = servers(docs)
@@ -311,7 +317,8 @@ def test_slurm_is_added_before_usage_or_removed(helm: Helm) -> None:
     assert pipelines("scale-out-slurm-monitoring") == {
         name: ["memory_limiter", "k8s", "slurm", "usage", "batch"] for name in ("metrics", "logs")
     }
-    assert pipelines("pipeline-stage-slurm-monitoring") == {"metrics": ["memory_limiter", "dcgm", "k8s", "slurm", "batch"]}
+    # A bridge pipeline has no batch (the collector batches): slurm goes last.
+    assert pipelines("pipeline-stage-slurm-monitoring") == {"metrics/bridge": ["memory_limiter", "dcgm", "k8s", "slurm"]}
     gateway = config_of(render(helm, "gateway"))
     assert "slurm" not in gateway["processors"]
     assert all("slurm" not in p["processors"] for p in gateway["service"]["pipelines"].values())

@@ -554,9 +554,9 @@ def test_gateway_deployment_and_service() -> None:
 
 
 def test_pipeline_stage_meets_its_collector() -> None:
-    """gputally on every GPU node, behind a node-local Service: the collector agent's GPU
-    metrics go to its own node's gputally (dcgm + k8s in node mode with PodResources), which
-    sends them back to the return receiver of collector-config/pipeline-stage/otelcol.yaml."""
+    """gputally on every GPU node, behind a node-local Service: the collector agent's gputally
+    processor (collector-config/pipeline-stage/otelcol.yaml) calls its own node's bridge
+    (dcgm + k8s in node mode with PodResources) and gets each batch back in the call."""
     daemonset, container = server("pipeline-stage")
     pod = daemonset["spec"]["template"]["spec"]
     assert not pod.get("hostPID")
@@ -564,22 +564,24 @@ def test_pipeline_stage_meets_its_collector() -> None:
     (service,) = docs_of("Service", "pipeline-stage")
     assert service["spec"]["internalTrafficPolicy"] == "Local"
     assert service["spec"]["selector"].items() <= pod_labels(daemonset).items()
-    # The collector's otlp/gputally exporter keeps its port (14317); only the host changes.
+    # The collector's gputally processor keeps its port (4320); only the host changes.
     collector = otelcol("pipeline-stage")
-    out = int(collector["exporters"]["otlp/gputally"]["endpoint"].rpartition(":")[2])
+    processor = collector["processors"]["gputally"]
+    out = int(processor["endpoint"].rpartition(":")[2])
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert [(p["port"], ports[p["targetPort"]]) for p in service["spec"]["ports"]] == [(out, 4317)]
+    assert [(p["port"], ports[p["targetPort"]]) for p in service["spec"]["ports"]] == [(out, 4320)]
     config = shape_config("pipeline-stage")
-    assert config["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"] == "0.0.0.0:4317"
-    assert config["service"]["pipelines"]["metrics"]["processors"] == ["memory_limiter", "dcgm", "k8s", "batch"]
+    assert config["receivers"]["bridge"]["endpoint"] == "0.0.0.0:4320"
+    assert config["service"]["pipelines"] == {processor["pipeline"]: {
+        "receivers": ["bridge"], "processors": ["memory_limiter", "dcgm", "k8s"], "exporters": ["debug"]}}
+    assert collector["service"]["pipelines"]["metrics"]["processors"] == ["memory_limiter", "gputally", "batch"]
     k8s = config["processors"]["k8s"]
     assert k8s["mode"] == "node" and k8s["node_name"] == "${env:K8S_NODE_NAME}"
     assert Path(k8s["pod_resources"]["socket"]).parent == Path(POD_RESOURCES_DIR)
     assert mounts(container)[POD_RESOURCES_DIR]["readOnly"] is True
     node_name_from_downward_api(container, "K8S_NODE_NAME")
-    # Back into the collector: the port of its return receiver (otlp/gputally).
-    back = collector["receivers"]["otlp/gputally"]["protocols"]["grpc"]["endpoint"]
-    assert env_of(container, "OTEL_EXPORTER_OTLP_ENDPOINT")["value"].endswith(":" + back.rpartition(":")[2])
+    # It exports nothing: the answers go back in the call.
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" not in {e["name"] for e in container["env"]}
 
 
 def pod_labels(workload: dict[str, Any]) -> dict[str, str]:

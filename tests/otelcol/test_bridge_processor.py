@@ -1,6 +1,7 @@
 """The test otelcol carries gputally's bridge processor (collector/gputallyprocessor, built in
-by tests/harness/otelcol/build.sh), and the real binary talks to a bridge server written with
-the Python stubs of proto/bridge: the two sides of the contract meet here."""
+by tests/harness/otelcol/build.sh), and the real binary talks to gputally's own bridge
+receiver: the two sides of the contract meet here. (tests/otelcol/test_bridge.py runs the
+same pair with k8s and slurm, and kills gputally mid-stream.)"""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from harness.otelcol.collector import Otelcol, validate
 from harness.processes import free_port
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from gputally.proto.bridge.v1 import bridge_pb2, bridge_pb2_grpc
+from gputally.pipeline.config import validate as validate_gputally
+from gputally.pipeline.registry import Registry
+from gputally.pipeline.service import Service
 from support.otlp import OtlpSink
 from tests.otelcol.shapes import METRICS_EXPORT
 
@@ -59,37 +62,29 @@ def test_otelcol_validates_the_processor_config(otelcol_binary: Path, tmp_path: 
         assert message in result.stderr, result.stderr
 
 
-class Bridge(bridge_pb2_grpc.BridgeServicer):
-    """A bridge server as the contract describes one: labels every resource with a pod, or
-    refuses every call with ``refuse``."""
-
-    def __init__(self) -> None:
-        self.pipelines: list[str] = []
-        self.refuse: grpc.StatusCode | None = None
-
-    async def ProcessMetrics(  # noqa: N802 - the gRPC method's name
-        self, request: bridge_pb2.ProcessMetricsRequest, context: grpc.aio.ServicerContext
-    ) -> bridge_pb2.ProcessMetricsResponse:
-        self.pipelines.append(request.pipeline)
-        if self.refuse is not None:
-            await context.abort(self.refuse, f"refused by the test: {request.pipeline}")
-        batch = ExportMetricsServiceRequest.FromString(request.otlp)
-        for rm in batch.resource_metrics:
-            attribute = rm.resource.attributes.add(key="k8s.pod.name")
-            attribute.value.string_value = "trainer-0"
-        return bridge_pb2.ProcessMetricsResponse(otlp=batch.SerializeToString())
+def gputally_bridge(port: int) -> dict[str, Any]:
+    """gputally's own bridge: one pipeline that names every resource's pod."""
+    return {
+        "receivers": {"bridge": {"endpoint": f"127.0.0.1:{port}"}},
+        "processors": {"attributes/pod": {"actions": [
+            {"key": "k8s.pod.name", "value": "trainer-0", "action": "insert", "context": "resource"}]}},
+        "exporters": {"debug": {}},
+        "service": {"pipelines": {"metrics/bridge": {"receivers": ["bridge"], "processors": ["attributes/pod"],
+                                                     "exporters": ["debug"]}},
+                    "telemetry": {"metrics": {"address": None}}},
+    }
 
 
 @pytest.fixture
-async def bridge() -> AsyncIterator[tuple[Bridge, int]]:
-    servicer, port = Bridge(), free_port()
-    limits = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
-    server = grpc.aio.server(options=limits)
-    bridge_pb2_grpc.add_BridgeServicer_to_server(servicer, server)
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    yield servicer, port
-    await server.stop(None)
+async def bridge() -> AsyncIterator[int]:
+    """gputally's bridge receiver in a real ``Service``, in this test's event loop; its port."""
+    port = free_port()
+    service = Service(validate_gputally(gputally_bridge(port), Registry.discover()))
+    await service.start()
+    try:
+        yield port
+    finally:
+        await service.shutdown()
 
 
 def metrics_request() -> ExportMetricsServiceRequest:
@@ -102,27 +97,33 @@ def metrics_request() -> ExportMetricsServiceRequest:
     return request
 
 
-async def test_otelcol_sends_batches_through_a_python_bridge(
-    otelcol: Callable[..., Otelcol], otlp_sink: OtlpSink, bridge: tuple[Bridge, int],
+async def test_otelcol_sends_batches_through_gputallys_bridge(
+    otelcol: Callable[..., Otelcol], otlp_sink: OtlpSink, bridge: int,
 ) -> None:
-    servicer, bridge_port = bridge
-    front_port = free_port()
-    otelcol(bridge_config(bridge_port, front_port, otlp_sink.endpoint, on_error="fail"), wait_for=front_port)
+    front_port, unknown_port = free_port(), free_port()
+    config = bridge_config(bridge, front_port, otlp_sink.endpoint, on_error="fail")
+    # A second pipeline whose processor names a pipeline gputally does not have.
+    config["receivers"]["otlp/unknown"] = {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{unknown_port}"}}}
+    config["processors"]["gputally/unknown"] = {**config["processors"]["gputally"], "pipeline": "metrics/nope"}
+    config["service"]["pipelines"]["metrics/unknown"] = {
+        "receivers": ["otlp/unknown"], "processors": ["gputally/unknown"], "exporters": ["otlp"]}
+    otelcol(config, wait_for=front_port)
 
     async with grpc.aio.insecure_channel(f"127.0.0.1:{front_port}") as channel:
-        export = channel.unary_unary(METRICS_EXPORT)
-        await export(metrics_request().SerializeToString(), timeout=10)
-        await otlp_sink.wait_for(lambda: len(otlp_sink.received_metrics()) == 1)
-        (delivered,) = otlp_sink.messages()
-        attributes = {kv.key: kv.value.string_value for kv in delivered.resource_metrics[0].resource.attributes}
-        assert attributes == {"host.name": "gpu-node-1", "k8s.pod.name": "trainer-0"}
-        assert servicer.pipelines == ["metrics/bridge"]
+        await channel.unary_unary(METRICS_EXPORT)(metrics_request().SerializeToString(), timeout=10)
+    await otlp_sink.wait_for(lambda: len(otlp_sink.received_metrics()) == 1)
+    (delivered,) = otlp_sink.messages()
+    attributes = {kv.key: kv.value.string_value for kv in delivered.resource_metrics[0].resource.attributes}
+    assert attributes == {"host.name": "gpu-node-1", "k8s.pod.name": "trainer-0"}
+    assert delivered.resource_metrics[0].scope_metrics[0].metrics[0].gauge.data_points[0].as_double == 0.87
 
-        # Under on_error: fail the bridge's status reaches the sender: the otlp receiver
-        # answers with the code it carries (NOT_FOUND: not retryable by OTLP's rules).
-        servicer.refuse = grpc.StatusCode.NOT_FOUND
+    # Under on_error: fail gputally's status reaches the sender: the otlp receiver answers with
+    # the code it carries (NOT_FOUND for an unknown pipeline: not retryable by OTLP's rules).
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{unknown_port}") as channel:
         with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await export(metrics_request().SerializeToString(), timeout=10)
-        assert refused.value.code() == grpc.StatusCode.NOT_FOUND, refused.value.details()
-        assert 'gputally ProcessMetrics (pipeline "metrics/bridge")' in (refused.value.details() or "")
-        assert len(otlp_sink.received_metrics()) == 1
+            await channel.unary_unary(METRICS_EXPORT)(metrics_request().SerializeToString(), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.NOT_FOUND, refused.value.details()
+    details = refused.value.details() or ""
+    assert 'gputally ProcessMetrics (pipeline "metrics/nope")' in details
+    assert "no pipeline 'metrics/nope' lists receiver bridge" in details
+    assert len(otlp_sink.received_metrics()) == 1

@@ -1,9 +1,17 @@
 """Shape 3, gputally as a stage inside an existing collector, as shipped in
-collector-config/pipeline-stage/, end to end:
+collector-config/pipeline-stage/, end to end, in both variants:
+
+bridge (otelcol.yaml, gputally.yaml): the collector's metrics pipeline calls gputally in line
+
+    dcgm-exporter-style /metrics --scrape--> otelcol metrics [memory_limiter, gputally, batch]
+        <--bridge--> gputally metrics/bridge (dcgm, slurm) --> the backend (a file exporter)
+    an application's OTLP --> the same pipeline, back from gputally untouched
+
+loopback (loopback/): for a collector without the gputally processor
 
     dcgm-exporter-style /metrics --scrape--> otelcol prometheus/dcgm --> gputally (dcgm, slurm)
         --> otelcol otlp/gputally --> the backend (a file exporter)
-    an application's OTLP --> otelcol otlp --> the same backend, untouched
+    an application's OTLP --> otelcol otlp --> the same backend, never through gputally
 
 The Slurm cluster is real; one job holds one of its two (fake) GPUs through GRES. The scrape
 target stands in for dcgm-exporter (no DCGM without a GPU): its exposition has the labels and
@@ -14,11 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+import stat
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
+import pytest
 from aiohttp import web
 from harness.otelcol.collector import Otelcol
 from harness.processes import free_port
@@ -84,8 +95,9 @@ def app_request() -> ExportMetricsServiceRequest:
     return request
 
 
+@pytest.mark.parametrize("variant", ["bridge", "loopback"])
 async def test_collector_sends_dcgm_metrics_through_gputally_and_back_attributed(
-    otelcol: Callable[..., Otelcol], slurm_cluster: SlurmCluster, tmp_path: Path,
+    otelcol: Callable[..., Otelcol], slurm_cluster: SlurmCluster, tmp_path: Path, variant: str,
 ) -> None:
     cluster = slurm_cluster
     job = cluster.sbatch("sleep 300\n", "--gres=gpu:1", "--job-name=dcgm-shape", "--account=chemistry")
@@ -93,63 +105,90 @@ async def test_collector_sends_dcgm_metrics_through_gputally_and_back_attributed
         cluster.wait_job_state(job, ["RUNNING"])
         detail = cluster.run(["scontrol", "show", "job", "-d", "--oneliner", str(job)]).stdout
         gres_index = int(re.search(r"IDX:(\d+)", detail).group(1))  # type: ignore[union-attr]
-        await _run_stage(otelcol, cluster, job, gres_index, tmp_path)
+        await _run_stage(otelcol, cluster, job, gres_index, tmp_path, variant)
     finally:
         cluster.run(["scancel", str(job)], check=False)
 
 
+def stage_configs(variant: str, ports: dict[str, int], telemetry_port: int, cluster: SlurmCluster,
+                  out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The variant's shipped otelcol.yaml (its backend a file) and gputally.yaml, addresses changed."""
+    telemetry = {"level": "detailed", "readers": [
+        {"pull": {"exporter": {"prometheus": {"host": "127.0.0.1", "port": telemetry_port}}}}]}
+    slurm = {
+        "processors.slurm.cli": {"slurm_conf": str(cluster.slurm_conf)},
+        "processors.slurm.gres": {"conf": str(cluster.gres_conf)},
+        "processors.slurm.cache": {"refresh_interval": "1s"},
+        "service.telemetry.metrics.address": f"127.0.0.1:{free_port()}",
+    }
+    front = {
+        "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{ports['front']}",
+        "receivers.otlp.protocols.http.endpoint": f"127.0.0.1:{free_port()}",
+        "service.telemetry.metrics": telemetry,
+    }
+    if variant == "bridge":
+        collector = override(shipped("pipeline-stage", "otelcol.yaml"), {
+            **front, "processors.gputally.endpoint": f"127.0.0.1:{ports['stage']}"})
+        stage = override(shipped("pipeline-stage", "gputally.yaml"), {
+            **slurm, "receivers.bridge.endpoint": f"127.0.0.1:{ports['stage']}"})
+        return file_backend(collector, out, ["metrics", "traces", "logs"]), stage
+    collector = override(shipped("pipeline-stage", "loopback/otelcol.yaml"), {
+        **front,
+        "receivers.otlp/gputally.protocols.grpc.endpoint": f"127.0.0.1:{ports['return']}",
+        "exporters.otlp/gputally.endpoint": f"127.0.0.1:{ports['stage']}",
+    })
+    stage = override(shipped("pipeline-stage", "loopback/gputally.yaml"), {
+        **slurm,
+        "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{ports['stage']}",
+        "exporters.otlp.endpoint": f"127.0.0.1:{ports['return']}",
+    })
+    return file_backend(collector, out, ["metrics", "traces", "logs", "metrics/gpu-attributed"]), stage
+
+
 async def _run_stage(otelcol: Callable[..., Otelcol], cluster: SlurmCluster, job: int, gres_index: int,
-                     tmp_path: Path) -> None:
+                     tmp_path: Path, variant: str) -> None:
     # NVML orders GPUs by PCI bus, gres.conf by its File= lines: give them different orders.
     minors = tuple(sorted(cluster.gpu_minors))
     job_minor = cluster.gpu_minors[gres_index]
     job_uuid = UUIDS[minors.index(job_minor)]
 
-    dcgm_port, stage_port, return_port, telemetry_port = free_port(), free_port(), free_port(), free_port()
+    dcgm_port, telemetry_port = free_port(), free_port()
+    ports = {"front": free_port(), "stage": free_port(), "return": free_port()}
     dcgm = await serve_dcgm(dcgm_port, dcgm_exposition(cluster.node, minors))
     out = tmp_path / "backend.json"
-    front_port = free_port()
-    config = override(shipped("pipeline-stage", "otelcol.yaml"), {
-        "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{front_port}",
-        "receivers.otlp.protocols.http.endpoint": f"127.0.0.1:{free_port()}",
-        "receivers.otlp/gputally.protocols.grpc.endpoint": f"127.0.0.1:{return_port}",
-        "exporters.otlp/gputally.endpoint": f"127.0.0.1:{stage_port}",
-        "service.telemetry.metrics": {"level": "detailed", "readers": [
-            {"pull": {"exporter": {"prometheus": {"host": "127.0.0.1", "port": telemetry_port}}}},
-        ]},
-    })
+    config, stage_config = stage_configs(variant, ports, telemetry_port, cluster, out)
     (scrape,) = config["receivers"]["prometheus/dcgm"]["config"]["scrape_configs"]
     scrape.update(scrape_interval="500ms", scrape_timeout="400ms",
                   static_configs=[{"targets": [f"127.0.0.1:{dcgm_port}"]}])
-    collector = otelcol(file_backend(config, out, ["metrics", "traces", "logs", "metrics/gpu-attributed"]),
-                        wait_for=front_port, name="collector")
-
-    stage = GputallyProcess(override(shipped("pipeline-stage", "gputally.yaml"), {
-        "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{stage_port}",
-        "exporters.otlp.endpoint": f"127.0.0.1:{return_port}",
-        "processors.slurm.cli": {"slurm_conf": str(cluster.slurm_conf)},
-        "processors.slurm.gres": {"conf": str(cluster.gres_conf)},
-        "processors.slurm.cache": {"refresh_interval": "1s"},
-        "service.telemetry.metrics.address": f"127.0.0.1:{free_port()}",
-    }), tmp_path / "gputally", env=cluster.env())
-    stage.start(stage_port)
+    # gputally first: the bridge variant's first scrape must find it (on_error: pass would
+    # send that batch on unattributed), and the loopback's exporter retries until the collector listens.
+    stage = GputallyProcess(stage_config, tmp_path / "gputally", env=cluster.env())
+    stage.start(ports["stage"])
     counters_url = f"http://127.0.0.1:{telemetry_port}/metrics"
 
     def accepted(receiver: str) -> int:
         key = f'otelcol_receiver_accepted_metric_points{{receiver="{receiver}",'
         return int(sum(v for k, v in prometheus_counters(counters_url, key[:-1]).items() if k.startswith(key)))
 
+    def bridge_calls(outcome: str) -> float:
+        found = prometheus_counters(counters_url, "otelcol_processor_gputally_calls")
+        return sum(v for k, v in found.items() if f'outcome="{outcome}"' in k)
+
     try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{front_port}") as channel:
+        collector = otelcol(config, wait_for=ports["front"], name="collector")
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['front']}") as channel:
             await channel.unary_unary(METRICS_EXPORT)(app_request().SerializeToString(), timeout=5)
         await wait_until(lambda: any(a.get("slurm.job.id") == str(job) for a, _ in file_resources(out)),
                          f"the job's GPU attributed\n{stage.log_tail()}", timeout=30)
         await dcgm.cleanup()  # dcgm-exporter goes away: scrapes now only say up=0
-        # Everything the scrapes produced went to gputally and came back.
-        await wait_until(lambda: accepted("prometheus/dcgm") == accepted("otlp/gputally") > 0,
-                         "gputally to return every scraped point", timeout=30)
+        if variant == "loopback":  # everything the scrapes produced went to gputally and came back
+            await wait_until(lambda: accepted("prometheus/dcgm") == accepted("otlp/gputally") > 0,
+                             "gputally to return every scraped point", timeout=30)
         scraped = accepted("prometheus/dcgm")
+        assert scraped > 0
         await wait_until(lambda: _gpu_stage_points(out) >= scraped, "the backend to write every point", timeout=10)
+        if variant == "bridge":  # every batch went through gputally, in line, none failed
+            assert bridge_calls("ok") > 0 and bridge_calls("error") == 0
     finally:
         assert await asyncio.to_thread(stage.stop) == 0, stage.log_tail()
     assert await asyncio.to_thread(collector.stop) == 0, collector.log_tail()
@@ -180,7 +219,8 @@ async def _run_stage(otelcol: Callable[..., Otelcol], cluster: SlurmCluster, job
     for attributes in attributed:
         assert attributes["slurm.job.id"] == str(job) and attributes["slurm.job.source"] == "gres"
         assert attributes["slurm.job.account"] == "chemistry" and attributes["slurm.job.name"] == "dcgm-shape"
-    # The application's metric took the untouched pipeline.
+    # The application's metric came through untouched: past gputally (bridge), or by a
+    # pipeline of its own (loopback).
     (app,) = [(a, rm) for a, rm in resources if a.get("service.name") == "checkout"]
     assert set(app[0]) == {"service.name"}
     assert [m["name"] for m in metrics_of(app[1])] == ["http.server.active_requests"]
@@ -191,3 +231,61 @@ def _gpu_stage_points(out: Path) -> int:
     """Points in the output that came through gputally: everything but the application's."""
     return sum(len(points_of(m)) for a, rm in file_resources(out) if a.get("service.name") != "checkout"
                for m in metrics_of(rm))
+
+
+async def test_gputally_in_the_collectors_pod_over_a_unix_socket(otelcol: Callable[..., Otelcol],
+                                                                  tmp_path: Path) -> None:
+    """The in-pod arrangement (README: gputally as a container of the collector's pod): the
+    shipped configs with the bridge on a unix socket in a shared directory (the pod's emptyDir
+    here a temporary one), slurm left out (no cluster needed to show the transport). A scrape
+    goes to gputally and back regrouped by dcgm, and the application's OTLP comes back as sent."""
+    shared = tmp_path / "run-gputally"  # the emptyDir both containers mount
+    shared.mkdir()
+    socket = shared / "bridge.sock"
+    endpoint = f"unix://{socket}"
+    admin, front, telemetry, dcgm_port = free_port(), free_port(), free_port(), free_port()
+    stage = GputallyProcess(override(shipped("pipeline-stage", "gputally.yaml"), {
+        "receivers.bridge.endpoint": endpoint,
+        "processors.slurm": None,
+        "service.pipelines.metrics/bridge.processors": ["memory_limiter", "dcgm"],
+        "service.telemetry.metrics.address": f"127.0.0.1:{admin}",
+    }), tmp_path / "gputally")
+    stage.start(admin)
+    out = tmp_path / "backend.json"
+    dcgm = await serve_dcgm(dcgm_port, dcgm_exposition("gpu-node-1", (0, 1)))
+    try:
+        await wait_until(socket.exists, f"the bridge's socket\n{stage.log_tail()}", timeout=10)
+        # Owner and group may connect: the collector's container through the pod's fsGroup.
+        assert stat.S_IMODE(socket.stat().st_mode) == 0o660
+        config = file_backend(override(shipped("pipeline-stage", "otelcol.yaml"), {
+            "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{front}",
+            "receivers.otlp.protocols.http.endpoint": f"127.0.0.1:{free_port()}",
+            "processors.gputally.endpoint": endpoint,
+            "service.telemetry.metrics": {"level": "detailed", "readers": [
+                {"pull": {"exporter": {"prometheus": {"host": "127.0.0.1", "port": telemetry}}}}]},
+        }), out, ["metrics", "traces", "logs"])
+        (scrape,) = config["receivers"]["prometheus/dcgm"]["config"]["scrape_configs"]
+        scrape.update(scrape_interval="500ms", scrape_timeout="400ms",
+                      static_configs=[{"targets": [f"127.0.0.1:{dcgm_port}"]}])
+        collector = otelcol(config, wait_for=front, name="collector")
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{front}") as channel:
+            await channel.unary_unary(METRICS_EXPORT)(app_request().SerializeToString(), timeout=5)
+        await wait_until(lambda: len({a.get("hw.id") for a, _ in file_resources(out)} - {None}) == len(UUIDS)
+                         and any(a.get("service.name") == "checkout" for a, _ in file_resources(out)),
+                         "both GPUs and the application's metric at the backend", timeout=20)
+        calls = prometheus_counters(f"http://127.0.0.1:{telemetry}/metrics", "otelcol_processor_gputally_calls")
+        assert sum(v for k, v in calls.items() if 'outcome="ok"' in k) > 0, calls
+        assert not sum(v for k, v in calls.items() if 'outcome="error"' in k), calls
+    finally:
+        await dcgm.cleanup()
+        assert await asyncio.to_thread(stage.stop) == 0, stage.log_tail()
+    assert await asyncio.to_thread(collector.stop) == 0, collector.log_tail()
+
+    for attributes, rm in file_resources(out):
+        if attributes.get("service.name") == "checkout":
+            assert set(attributes) == {"service.name"}
+        elif "hw.id" in attributes:  # dcgm's resource per GPU: the batch went through gputally
+            assert attributes["hw.id"] in UUIDS and attributes["host.name"] == "gpu-node-1"
+            assert {m["name"] for m in metrics_of(rm)} <= set(DCGM_METRICS)
+        else:  # the scrape's own series (up, scrape_*), dcgm's labels all gone from the GPUs'
+            assert not {m["name"] for m in metrics_of(rm)} & set(DCGM_METRICS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from typing import Protocol
 
@@ -10,7 +11,13 @@ from gputally.errors import ConfigError
 from .address import split_endpoint
 from .net import describe_bind_error, host_port
 
-__all__ = ["Listener", "listen"]
+__all__ = ["SOCKET_MODE", "Listener", "listen"]
+
+SOCKET_MODE = 0o660
+"""A unix socket's mode once bound: its owner and group may connect (connecting needs write
+permission), others not, whatever the umask. A client in another container of a Kubernetes
+pod (the Collector beside gputally, a shared emptyDir) connects through the pod's ``fsGroup``,
+which owns the volume and so the socket."""
 
 
 class Listener(Protocol):
@@ -30,6 +37,7 @@ async def listen(server: Listener, endpoint: str, *, where: str) -> str:
         path = path[2:] if path.startswith("//") else path  # unix:///abs/path, as gRPC targets write it
         try:
             await server.listen_unix(path)
+            os.chmod(path, SOCKET_MODE)
         except OSError as exc:
             raise ConfigError(
                 f"{where} {endpoint}: cannot bind the unix socket ({describe_bind_error(exc)}; does its "

@@ -58,12 +58,14 @@ helm.sh/chart: {{ printf "%s-%s" $.Chart.Name $.Chart.Version }}
 {{- end -}}
 
 {{- define "gputally.exporterEndpoint" -}}
-{{- $port := get (dict "gateway" "4317" "sidecar" "4317" "pipeline-stage" "14319" "scale-out" "4319") .Values.shape -}}
+{{- $port := get (dict "gateway" "4317" "sidecar" "4317" "scale-out" "4319") .Values.shape -}}
 {{- default (printf "http://otel-collector.observability.svc:%s" $port) .Values.exporter.endpoint -}}
 {{- end -}}
 
+{{/* The Secret with the backend's token; none for pipeline-stage, which exports nothing. */}}
 {{- define "gputally.backendSecret" -}}
-{{- if .Values.exporter.existingSecret -}}
+{{- if eq .Values.shape "pipeline-stage" -}}
+{{- else if .Values.exporter.existingSecret -}}
 {{- .Values.exporter.existingSecret -}}
 {{- else if .Values.exporter.token -}}
 {{- printf "%s-backend" (include "gputally.fullname" .) -}}
@@ -169,8 +171,10 @@ seccompProfile:
   valueFrom:
     fieldRef:
       fieldPath: status.podIP
+{{- if ne .Values.shape "pipeline-stage" }}
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
   value: {{ include "gputally.exporterEndpoint" . | quote }}
+{{- end }}
 {{- if .Values.slurm.enabled }}
 - name: SLURMRESTD_URL
   value: {{ .Values.slurm.endpoint | quote }}

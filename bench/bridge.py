@@ -1,0 +1,281 @@
+"""What the bridge costs: a Collector with gputally in line, against the loopback and otelcol alone.
+
+The load of bench/vs_otelcol.py (bench/gpu_node_request.py's 340-point request of an 8-GPU
+node, 8 calls in flight over one connection, its `Load`), offered at a fixed ``--rate``
+(default 1,000 requests/s) and then in a closed loop, through three arrangements that all
+insert one resource attribute (``k8s.cluster.name``) and deliver to one sink:
+
+  bridge    otelcol: otlp -> gputally processor -> otlp exporter -> sink
+                                  | bridge API (loopback TCP)
+            gputally serve: bridge -> metrics/bridge [attributes (resource insert)]
+  loopback  otelcol: otlp -> otlp/gputally exporter --OTLP--> gputally serve: otlp ->
+            [attributes] -> otlp exporter --OTLP--> otelcol: otlp/back -> otlp exporter -> sink
+            (collector-config/pipeline-stage/loopback/)
+  otelcol   otelcol alone: otlp -> resource (insert) -> otlp exporter -> sink
+
+pts/CPU-s: points delivered per CPU-second of otelcol and gputally together (user + system
+from /proc/PID/stat through psutil, counted until the sink had every point). Latency, per
+request: "call", what the sender waits for its answer (the bridge's call is inside it; the
+loopback's second hop is not: its otelcol answers once its exporter queued the request);
+"e2e", from the send until the sink received it (every point of request ``i`` is stamped
+with time ``BASE + i``, and the sink, a process of its own on gputally's native gRPC server,
+notes when each stamp first arrives; both read CLOCK_MONOTONIC). "added" is a
+scenario's e2e percentile minus otelcol alone's. The table has the median of the rounds.
+Figures only: nothing here asserts a timing.
+
+    tests/harness/otelcol/build.sh
+    .venv/bin/python bench/bridge.py [--seconds 8] [--rounds 2] [--rate 1000] [--no-closed-loop]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).parent))
+from gpu_node_request import gpu_node_request  # noqa: E402
+from pipeline_throughput import METHOD, free_port, wait_port  # noqa: E402
+from vs_otelcol import Load, find_otelcol, server_cpu, spawn  # noqa: E402
+
+SCENARIOS = ("bridge", "loopback", "otelcol")
+NOW_NS = 1_795_977_093_000_000_000
+"""gpu_node_request's point time, replaced in each request by ``BASE + i``."""
+BASE = NOW_NS & ~0xFFFF_FFFF
+"""Its high 32 bits, kept: the sink finds a stamp as a point's time field (tag 0x19, fixed64)
+whose high half is this, and reads ``i`` from the low half."""
+STAMP = re.compile(rb"\x19(.{4})" + re.escape(struct.pack("<I", BASE >> 32)), re.S)
+INSERT = {"key": "k8s.cluster.name", "value": "bench"}
+
+
+class Stamped:
+    """The request, each call's copy stamped with the next number; the send time of each."""
+
+    def __init__(self) -> None:
+        self.template = gpu_node_request(now_ns=NOW_NS).SerializeToString()
+        self.old = struct.pack("<Q", NOW_NS)
+        self.points = self.template.count(self.old)
+        self.sent_at: list[float] = []
+
+    def __call__(self) -> bytes:
+        self.sent_at.append(time.perf_counter())
+        return self.template.replace(self.old, struct.pack("<Q", BASE + len(self.sent_at) - 1))
+
+
+def sink_main(port: int, report: Path) -> None:
+    """The sink: answers every call at once, notes each stamp's first arrival; writes its
+    counts every 0.1 s and, on SIGTERM, the arrival times to ``report``."""
+    from gputally.h2 import Method, Server
+
+    arrived: dict[int, float] = {}
+    totals = {"requests": 0, "points": 0}
+
+    async def export(request: bytes, metadata: object) -> bytes:
+        now = time.perf_counter()
+        totals["requests"] += 1
+        for low in STAMP.findall(request):
+            totals["points"] += 1
+            arrived.setdefault(int.from_bytes(low, "little"), now)
+        return b""
+
+    async def main() -> None:
+        server = Server({METHOD: Method(export)}, max_receive_message_length=64 << 20)
+        await server.listen_tcp("127.0.0.1", port)
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        while not stop.is_set():
+            write(report.with_suffix(".counts"), {**totals, "stamps": len(arrived)})
+            try:
+                await asyncio.wait_for(stop.wait(), 0.1)
+            except TimeoutError:
+                pass
+        await server.shutdown(1.0)
+        write(report, {**totals, "arrived": arrived})
+
+    asyncio.run(main())
+
+
+def write(path: Path, data: dict[str, Any]) -> None:
+    path.with_suffix(".tmp").write_text(json.dumps(data))
+    os.replace(path.with_suffix(".tmp"), path)
+
+
+def otelcol_config(scenario: str, ports: dict[str, int]) -> dict[str, Any]:
+    def otlp(port: int) -> dict[str, Any]:
+        return {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{port}", "max_recv_msg_size_mib": 64}}}
+
+    def exporter(port: int) -> dict[str, Any]:
+        return {"endpoint": f"127.0.0.1:{port}", "tls": {"insecure": True}, "compression": "none",
+                "sending_queue": {"num_consumers": 8, "queue_size": 5000}}
+
+    receivers, exporters = {"otlp": otlp(ports["front"])}, {"otlp": exporter(ports["sink"])}
+    processors: dict[str, Any] = {}
+    pipelines: dict[str, Any] = {"metrics": {"receivers": ["otlp"], "processors": [], "exporters": ["otlp"]}}
+    if scenario == "bridge":
+        processors["gputally"] = {"endpoint": f"127.0.0.1:{ports['gputally']}", "tls": {"insecure": True},
+                                  "pipeline": "metrics/bridge"}
+        pipelines["metrics"]["processors"] = ["gputally"]
+    elif scenario == "loopback":
+        receivers["otlp/back"] = otlp(ports["back"])
+        exporters["otlp/gputally"] = exporter(ports["gputally"])
+        pipelines = {"metrics": {"receivers": ["otlp"], "exporters": ["otlp/gputally"]},
+                     "metrics/back": {"receivers": ["otlp/back"], "exporters": ["otlp"]}}
+    else:
+        processors["resource/bench"] = {"attributes": [{**INSERT, "action": "insert"}]}
+        pipelines["metrics"]["processors"] = ["resource/bench"]
+    return {"receivers": receivers, "processors": processors, "exporters": exporters,
+            "service": {"pipelines": pipelines, "telemetry": {"metrics": {"level": "none"}, "logs": {"level": "warn"}}}}
+
+
+def gputally_config(scenario: str, ports: dict[str, int]) -> dict[str, Any]:
+    processors = {"attributes/bench": {"actions": [{**INSERT, "action": "insert", "context": "resource"}]}}
+    if scenario == "bridge":
+        return {"receivers": {"bridge": {"endpoint": f"127.0.0.1:{ports['gputally']}"}}, "processors": processors,
+                "exporters": {"debug": {}},
+                "service": {"pipelines": {"metrics/bridge": {"receivers": ["bridge"], "processors": list(processors),
+                                                             "exporters": ["debug"]}},
+                            "telemetry": {"metrics": {"address": None}}}}
+    return {"receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{ports['gputally']}"}}}},
+            "processors": processors,
+            "exporters": {"otlp": {"endpoint": f"127.0.0.1:{ports['back']}", "tls": {"insecure": True},
+                                   "compression": "none", "sending_queue": {"num_consumers": 8, "queue_size": 5000}}},
+            "service": {"pipelines": {"metrics": {"receivers": ["otlp"], "processors": list(processors),
+                                                  "exporters": ["otlp"]}},
+                        "telemetry": {"metrics": {"address": None}}}}
+
+
+def sink_counts(report: Path) -> dict[str, int]:
+    try:
+        return dict(json.loads(report.with_suffix(".counts").read_text()))
+    except (OSError, ValueError):
+        return {"requests": 0, "points": 0, "stamps": 0}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(int(len(ordered) * q) - 1, 0)] if ordered else float("nan")
+
+
+def run(scenario: str, args: argparse.Namespace, rate: float) -> dict[str, Any]:
+    """Fresh processes; 1 s of warm-up, then ``args.seconds`` of load, counted until delivered."""
+    ports = {name: free_port() for name in ("front", "gputally", "back", "sink")}
+    cpus = list(range(os.cpu_count() or 1))
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "arrivals.json"
+        sink = spawn([sys.executable, __file__, "--sink", str(ports["sink"]), str(report)], cpus)
+        processes: list[subprocess.Popen[bytes]] = [sink]
+        try:
+            wait_port(ports["sink"], 30)
+            if scenario != "otelcol":
+                path = Path(tmp) / "gputally.yaml"
+                path.write_text(json.dumps(gputally_config(scenario, ports)))
+                processes.append(spawn([str(Path(sys.executable).parent / "gputally"), "serve", "--config", str(path)],
+                                       cpus, stderr=None if args.verbose else subprocess.DEVNULL))
+                wait_port(ports["gputally"], 30)
+            path = Path(tmp) / "otelcol.yaml"
+            path.write_text(json.dumps(otelcol_config(scenario, ports)))
+            processes.append(spawn([str(args.otelcol), "--config", str(path)], cpus,
+                                   stderr=None if args.verbose else subprocess.DEVNULL))
+            wait_port(ports["front"], 30)
+            servers = [psutil.Process(p.pid) for p in processes[1:]]
+            stamped = Stamped()
+            warm = asyncio.run(Load(rate).grpc(ports["front"], stamped, 1.0, args.in_flight)).sent
+            first = len(stamped.sent_at)
+            deadline = time.monotonic() + 30
+            while sink_counts(report)["stamps"] < warm and time.monotonic() < deadline:
+                time.sleep(0.05)
+            cpu0 = [server_cpu(p) for p in servers]
+            t0 = time.perf_counter()
+            load = asyncio.run(Load(rate).grpc(ports["front"], stamped, args.seconds, args.in_flight))
+            wall = time.perf_counter() - t0
+            deadline = time.monotonic() + 60
+            while sink_counts(report)["stamps"] < warm + load.sent and time.monotonic() < deadline:
+                time.sleep(0.05)
+            cpus_used = [server_cpu(p) - before for p, before in zip(servers, cpu0, strict=True)]
+            cpu = sum(cpus_used)
+        finally:
+            for process in reversed(processes):
+                process.send_signal(signal.SIGTERM)
+                process.wait(30)
+        result = json.loads(report.read_text())
+    arrived = {int(k): v for k, v in result["arrived"].items()}
+    e2e = [arrived[i] - stamped.sent_at[i] for i in range(first, len(stamped.sent_at)) if i in arrived]
+    points = load.sent * stamped.points
+    return {
+        "points_per_cpu_s": points / cpu if cpu else float("nan"),
+        "req_per_s": load.sent / wall,
+        "call_p50": statistics.median(load.latencies) * 1e3, "call_p99": percentile(load.latencies, 0.99) * 1e3,
+        "e2e_p50": statistics.median(e2e) * 1e3 if e2e else float("nan"), "e2e_p99": percentile(e2e, 0.99) * 1e3,
+        "lost": warm + load.sent - len(arrived), "refused": load.refused,
+        "cpu_us_per_request": cpu / max(load.sent, 1) * 1e6,
+        # processes[1:] is [gputally, otelcol] or [otelcol]
+        "gputally_us_per_request": cpus_used[0] / max(load.sent, 1) * 1e6 if len(cpus_used) == 2 else 0.0,
+        "otelcol_us_per_request": cpus_used[-1] / max(load.sent, 1) * 1e6,
+    }
+
+
+def report(mode: str, results: dict[str, list[dict[str, Any]]]) -> None:
+    med = {s: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for s, runs in results.items()}
+    base = med["otelcol"]
+    print(f"\n{mode}: median of {len(results['otelcol'])} round(s)")
+    print(f"{'scenario':10} {'pts/CPU-s':>10} {'us CPU/req (g+o)':>18} {'req/s':>7} {'call p50/p99 ms':>16} "
+          f"{'e2e p50/p99 ms':>15} {'added p50/p99 ms':>17} {'lost':>5} {'refused':>7}")
+    for scenario, m in med.items():
+        added = (f"{m['e2e_p50'] - base['e2e_p50']:+.2f}/{m['e2e_p99'] - base['e2e_p99']:+.2f}"
+                 if scenario != "otelcol" else "-")
+        split = f"{m['cpu_us_per_request']:,.0f} ({m['gputally_us_per_request']:,.0f}+{m['otelcol_us_per_request']:,.0f})"
+        print(f"{scenario:10} {m['points_per_cpu_s']:>10,.0f} {split:>18} {m['req_per_s']:>7,.0f} "
+              f"{m['call_p50']:>7.2f}/{m['call_p99']:<8.2f} {m['e2e_p50']:>6.2f}/{m['e2e_p99']:<8.2f} {added:>17} "
+              f"{m['lost']:>5.0f} {m['refused']:>7.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rate", type=float, default=1000.0, help="requests per second offered (fixed schedule)")
+    parser.add_argument("--in-flight", type=int, default=8)
+    parser.add_argument("--no-closed-loop", action="store_true", help="only the fixed rate")
+    parser.add_argument("--otelcol", type=Path, help="the otelcol binary (default: tests/harness/otelcol/build.sh's)")
+    parser.add_argument("--verbose", action="store_true", help="let the servers' stderr through")
+    parser.add_argument("--sink", nargs=2, metavar=("PORT", "REPORT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.sink:
+        sink_main(int(args.sink[0]), Path(args.sink[1]))
+        return
+    args.otelcol = args.otelcol or find_otelcol()
+    version = subprocess.run([str(args.otelcol), "--version"], capture_output=True, text=True).stdout.strip()
+    print(f"request: {Stamped().points} points; {args.in_flight} in flight; {os.cpu_count()} CPUs; "
+          f"{args.seconds:.0f} s per run; {args.rounds} round(s), scenarios alternating; {version}")
+    modes = [(f"fixed rate, {args.rate:,.0f} requests/s offered", args.rate)]
+    if not args.no_closed_loop:
+        modes.append(("closed loop (each call sent again once answered)", 0.0))
+    for mode, rate in modes:
+        results: dict[str, list[dict[str, Any]]] = {s: [] for s in SCENARIOS}
+        for round_ in range(args.rounds):
+            order = SCENARIOS if round_ % 2 == 0 else SCENARIOS[::-1]
+            for scenario in order:
+                r = run(scenario, args, rate)
+                results[scenario].append(r)
+                print(f"  {mode.split(',')[0]:10} round {round_ + 1} {scenario:8} {r['points_per_cpu_s']:>10,.0f} pts/CPU-s "
+                      f"{r['req_per_s']:6,.0f} req/s call p50 {r['call_p50']:.2f} p99 {r['call_p99']:.2f} ms "
+                      f"e2e p50 {r['e2e_p50']:.2f} p99 {r['e2e_p99']:.2f} ms lost {r['lost']} refused {r['refused']}",
+                      flush=True)
+        report(mode, results)
+
+
+if __name__ == "__main__":
+    main()
