@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 # Go builds the test-only binaries (kube-apiserver, etcd); the machines carry it in /usr/local/go.
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: serve test typecheck importcheck venv harness go-test bench clean
+.PHONY: serve test typecheck importcheck venv harness go-test bench clean docs demo
 
 # Two stamps: `make serve` installs gputally and its runtime dependencies only; the test
 # extras (pytest, hypothesis, ruff) come with the first `make test`.
@@ -44,6 +44,7 @@ test: venv harness go-test
 	$(BIN)/ruff check --no-cache .
 	$(BIN)/python .ci/importcheck.py
 	$(BIN)/python .ci/typecheck.py
+	$(MAKE) docs
 	$(BIN)/python -m pytest
 
 # The Collector-side bridge processor (its own Go module): vet and unit tests, with the Go in
@@ -58,6 +59,14 @@ typecheck: venv
 # The three layers (pyproject's [tool.importlinter]): no component imports another.
 importcheck: venv
 	$(BIN)/python .ci/importcheck.py
+
+# The documentation site (mkdocs.yml, docs/): strict, so a broken link or a missing page fails.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -q -d build/site
+
+# No cluster needed: the recorded H200 replayed through a real `serve` with `usage`.
+demo: $(VENV)/.serve-installed
+	$(BIN)/gputally demo
 
 bench: venv
 	$(BIN)/python bench/pipeline_throughput.py
