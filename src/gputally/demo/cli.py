@@ -1,0 +1,26 @@
+"""``gputally demo``: registered through the ``gputally.commands`` entry point ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .run import Options, run_demo
+
+__all__ = ["register"]
+
+_HELP = "replay a recorded H200 through serve + usage: who used, idled and pays (no cluster needed)"
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser("demo", help=_HELP, description=_HELP)
+    parser.add_argument("--recording", type=Path, default=None, metavar="FILE",
+                        help="an NVML recording (default: the shared H200 time series beside a checkout, "
+                             "or $GPUTALLY_DEMO_RECORDING)")
+    parser.add_argument("--seconds", type=float, default=Options.replay_seconds, metavar="S",
+                        help="how long the probe replays (default %(default)s)")
+    parser.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    return run_demo(Options(recording=args.recording, replay_seconds=args.seconds))

@@ -1,0 +1,98 @@
+"""The demo's backend: a loopback OTLP/HTTP endpoint that keeps the latest usage counters and
+hands each usage event to a callback as it arrives (what a real backend would store)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+__all__ = ["Event", "Sink"]
+
+
+def _value(value: AnyValue) -> object:
+    kind = value.WhichOneof("value")
+    if kind == "kvlist_value":
+        return {kv.key: _value(kv.value) for kv in value.kvlist_value.values}
+    if kind == "array_value":
+        return [_value(v) for v in value.array_value.values]
+    return getattr(value, kind) if kind and kind != "bytes_value" else None
+
+
+def _text(value: object) -> str:
+    """A body as one line: ``key=value`` pairs for a map."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_text(v)}" for k, v in value.items() if v not in (None, "", []))
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_text(v) for v in value) + "]"
+    return "" if value is None else str(value)
+
+
+def _attrs(items: Iterable[KeyValue]) -> dict[str, object]:
+    return {kv.key: _value(kv.value) for kv in items}
+
+
+@dataclass(frozen=True)
+class Event:
+    """One usage log record: ``gputally.usage.idle``, ``.idle.end`` or ``.summary``."""
+
+    name: str
+    severity: str
+    body: str
+    attributes: dict[str, object]
+
+
+@dataclass
+class Sink:
+    on_event: Callable[[Event], None]
+    counters: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    """(owner kind, owner id, metric name) -> the latest cumulative value."""
+    events: list[Event] = field(default_factory=list)
+    """What the callback has been handed (it appends)."""
+    owners: dict[tuple[str, str], dict[str, object]] = field(default_factory=dict)
+    """(owner kind, owner id) -> the resource attributes of its counters."""
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/metrics", self._metrics)
+        app.router.add_post("/v1/logs", self._logs)
+        return app
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        message = ExportMetricsServiceRequest.FromString(await request.read())
+        for rm in message.resource_metrics:
+            resource = _attrs(rm.resource.attributes)
+            owner = (str(resource.get("gputally.usage.owner.kind", "")), str(resource.get("gputally.usage.owner.id", "")))
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    if not metric.name.startswith("gputally.usage."):
+                        continue
+                    points = metric.sum.data_points if metric.HasField("sum") else metric.gauge.data_points
+                    for point in points:
+                        attrs = {**resource, **_attrs(point.attributes)}
+                        key = (str(attrs.get("gputally.usage.owner.kind", owner[0])),
+                               str(attrs.get("gputally.usage.owner.id", owner[1])))
+                        value = point.as_double if point.HasField("as_double") else float(point.as_int)
+                        self.counters[(*key, metric.name)] = value
+                        self.owners.setdefault(key, attrs)
+        return web.Response(content_type="application/x-protobuf", body=b"")
+
+    async def _logs(self, request: web.Request) -> web.Response:
+        message = ExportLogsServiceRequest.FromString(await request.read())
+        for rl in message.resource_logs:
+            resource = _attrs(rl.resource.attributes)
+            for sl in rl.scope_logs:
+                for record in sl.log_records:
+                    attrs = {**resource, **_attrs(record.attributes)}
+                    name = record.event_name or str(attrs.get("event.name", ""))
+                    if name.startswith("gputally.usage."):
+                        value = _value(record.body)
+                        body = str(value["message"]) if isinstance(value, dict) and "message" in value else _text(value)
+                        self.on_event(Event(name, record.severity_text, body, attrs))
+        return web.Response(content_type="application/x-protobuf", body=b"")
