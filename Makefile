@@ -61,8 +61,9 @@ importcheck: venv
 	$(BIN)/python .ci/importcheck.py
 
 # The documentation site (mkdocs.yml, docs/): strict, so a broken link or a missing page fails.
+# Not -q: quiet hides the warnings, and strict mode then has none to fail on.
 docs: venv
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -q -d build/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d build/site
 
 # No cluster needed: the recorded H200 replayed through a real `serve` with `usage`.
 demo: $(VENV)/.serve-installed

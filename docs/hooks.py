@@ -32,7 +32,7 @@ from gputally.config.types import parse_duration
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-INCLUDE = re.compile(r'^--8<-- "([^"]+/README\.md)"\s*$', re.M)
+INCLUDE = re.compile(r'^--8<-- "((?:[^"]+/)?README\.md)"\s*$', re.M)
 KEYS = re.compile(r"^<!-- keys: ([\w.]+) -->\s*$", re.M)
 LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s]+)\)")
 # The root README's sections that moved into the site: anchor -> page.
@@ -67,6 +67,8 @@ def _rewrite(text: str, source: str, page: str, pages: dict[str, str]) -> str:
             target = posixpath.join(target, "README.md")
         if target == "README.md" and anchor in MOVED:
             doc = MOVED[anchor]
+        elif target.startswith("docs/") and (ROOT / target).is_file():
+            doc = target.removeprefix("docs/")
         elif target in pages:
             doc = pages[target]
         else:

@@ -1,4 +1,6 @@
-"""Configs shown in the README are configs gputally accepts."""
+"""Configs and commands shown in the README and the documentation site are what gputally
+accepts and does: each check names its section by heading (tests/doctext.py), so a section
+moved from the README into docs/ keeps being run where it now lives."""
 
 from __future__ import annotations
 
@@ -8,16 +10,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import doctext
 import pytest
 
 from gputally.pipeline.config import load_config
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-BLOCKS = [b for b in re.findall(r"```yaml\n(.*?)```", README.read_text(), flags=re.S) if "service:" in b]
+README = doctext.README
+# Every full config (one with `service:`) in the README and the site's own pages.
+BLOCKS = [b for page in doctext.pages() for b in doctext.blocks(page.read_text(), "yaml") if "service:" in b]
 
 
 def test_the_readme_shows_a_full_config() -> None:
     assert BLOCKS
+    assert doctext.blocks(doctext.section("Configuration"), "yaml")  # the secure gateway example
 
 
 @pytest.mark.parametrize("block", BLOCKS)
@@ -30,9 +35,8 @@ ROOT = README.parent
 
 
 def _sh_blocks(section: str) -> list[str]:
-    """The ```sh blocks of the README section headed ``section``."""
-    text = README.read_text().split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+    """The ```sh blocks of the section headed ``section`` (README or docs page)."""
+    return doctext.blocks(doctext.section(section), "sh")
 
 
 def _run_as_written(script: str) -> subprocess.CompletedProcess[str]:
@@ -86,7 +90,7 @@ async def test_the_debug_output_sample_is_what_normal_prints() -> None:
     cycle = await collector(ReplaySource(recording())).collect()
     message = OtlpEncoder(scope_name="gputally.probes.nvml").metrics(cycle.entities, cycle.time_ns)
     printed = render(Batch(Signal.METRICS, message=message), "normal", pipeline="metrics").splitlines()
-    sample = README.read_text().split("\n## Debug output\n", 1)[1].split("```\n", 2)[1].splitlines()
+    sample = doctext.section("Debug output").split("```\n", 2)[1].splitlines()
     time = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
     assert time.sub("T", sample[0]) == time.sub("T", printed[0])
     for line in sample[2:5]:  # the GPU's points as the sample shows them
@@ -98,7 +102,7 @@ def test_the_command_table_lists_every_command_and_probe() -> None:
 
     from gputally.cli.main import build_parser
 
-    table = README.read_text().split("\n## Command line\n", 1)[1].split("\n\n", 1)[0]
+    table = doctext.section("Command line").lstrip("\n").split("\n\n", 1)[0]
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for name, sub in commands.choices.items():

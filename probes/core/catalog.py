@@ -2,8 +2,8 @@
 one extension namespace ``gputally.gpu.*`` for what the conventions lack.
 
 Units are UCUM as the conventions write them: bytes ``By``, watts ``W``, joules ``J``,
-``Cel``, ``Hz``, seconds ``s``, ratios 0-1 as ``1``. The README's "NVIDIA probe" section
-lists the same table; a test keeps the two in step.
+``Cel``, ``Hz``, seconds ``s``, ratios 0-1 as ``1``. The "NVIDIA probe" section of
+docs/components/probes.md lists the same table; a test keeps the two in step.
 """
 
 from __future__ import annotations

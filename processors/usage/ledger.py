@@ -1,7 +1,7 @@
 """The accounting itself: GPU time, busy time, idle time, energy and peak memory per (owner, GPU).
 
 Pure bookkeeping, no I/O and no clock of its own: readings come in with their sample time,
-the caller says what time it is. Rules (the README's "Who pays" section says them for users):
+the caller says what time it is. Rules ("Who pays" in docs/usage.md says them for users):
 
 * Time is integrated between consecutive samples of one GPU, by their sample timestamps. A
   sample is held for ``settle`` seconds (so a GPU's processes sent in another request, and

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import doctext
 import pytest
 
 from gputally.cli.main import main
@@ -20,7 +21,6 @@ from gputally.probes.snapshot.replay import SnapshotReplay
 from tests.probes.gaudi.test_gaudi import ACCEL0, ACCEL1, FIXTURE, FakeHlSmi, cycles, recording
 from tests.probes.readers import device, values
 
-README = Path(__file__).resolve().parents[3] / "README.md"
 GAUDI_PCI = "devices/pci0000:b0/0000:b0:01.0/0000:b3:00.0"  # accel1 of the recording
 AUX = f"{GAUDI_PCI}/hbl_cn.0"
 COUNTERS = ("hw.gpu.io", "gputally.gpu.link.packets", "hw.errors")
@@ -237,9 +237,7 @@ def test_replay_once_debug_shows_the_port_metrics(capsys: pytest.CaptureFixture[
 
 
 def test_the_readme_gaudi_section_lists_the_port_metrics() -> None:
-    text = README.read_text()
-    section = text[text.index("## AMD and Intel Gaudi probes"):]
-    section = section[: section.index("\n## ", 5)]
+    section = doctext.section("AMD and Intel Gaudi probes")  # docs/components/probes.md
     for metric in (m.GPU_IO, gaudi_nic.LINK_PACKETS, m.ERRORS, gaudi_nic.LINK_UP, gaudi_nic.LINK_SPEED):
         assert f"`{metric.name}" in section
     assert "netdev sysfs" in section and "not collected yet" not in section

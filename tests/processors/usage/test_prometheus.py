@@ -7,12 +7,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+import doctext
 from harness.kube.cluster import KubeCluster
 from harness.slurm.cluster import SlurmCluster
 
 from tests.processors.usage.scenario import feed_prometheus, placed
 
-README = Path(__file__).resolve().parents[3] / "README.md"
 
 NAMES = {"allocated": "gputally_usage_allocated_time_seconds_total", "busy": "gputally_usage_busy_time_seconds_total",
          "idle": "gputally_usage_idle_time_seconds_total", "energy": "gputally_usage_energy_joules_total"}
@@ -53,22 +53,19 @@ async def test_prometheus_holds_the_usage_counters(
         if owner in want and want[owner]["allocated"]:
             assert 1.0 <= float(row["value"][1]) / want[owner]["allocated"] < 1.2, (owner, row)
 
-    # The README's queries, over 30 minutes instead of 30 days: each returns data.
+    # The documented queries, over 30 minutes instead of 30 days: each returns data.
     for query in readme_queries():
         result = prometheus.query(query.replace("[30d]", "[30m]"))  # a query Prometheus refuses raises
         if 'owner_kind="unallocated"' in query:
             assert result == [], result  # the scene's GPU is always held: no idle capacity
         else:
-            assert result, f"no data for the README's query {query}"
+            assert result, f"no data for the documented query {query}"
     (namespace,) = prometheus.query(readme_queries()[0].replace("[30d]", "[30m]"))
     allocated_h = sum(want[o]["allocated"] for o in scene.holders) / 3600
     assert 1.0 <= float(namespace["value"][1]) / allocated_h < 1.2
 
 
 def readme_queries() -> list[str]:
-    """The PromQL lines of the README's "Who pays" section."""
-    text = README.read_text()
-    block = text[text.index("## Who pays"):]
-    block = block[block.index("```promql") + len("```promql"):]
-    block = block[:block.index("```")]
+    """The PromQL lines of the "Who pays" section (docs/usage.md; the README's until it moved)."""
+    block = doctext.blocks(doctext.section("Who pays: usage accounting"), "promql")[0]
     return [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
