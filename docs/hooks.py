@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 INCLUDE = re.compile(r'^--8<-- "((?:[^"]+/)?README\.md)"\s*$', re.M)
 KEYS = re.compile(r"^<!-- keys: ([\w.]+) -->\s*$", re.M)
-LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s]+)\)")
+LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 # The root README's sections that moved into the site: anchor -> page.
 MOVED = {
     "nvidia-probe": "components/probes.md",
@@ -58,7 +58,7 @@ def _rewrite(text: str, source: str, page: str, pages: dict[str, str]) -> str:
     base = posixpath.dirname(source)
 
     def one(match: re.Match[str]) -> str:
-        label, href = match.group(1), match.group(2)
+        bang, label, href = match.group(1), match.group(2), match.group(3)
         if re.match(r"^[a-z][a-z0-9+.-]*:", href) or href.startswith(("#", "/")):
             return match.group(0)
         path, _, anchor = href.partition("#")
@@ -67,14 +67,16 @@ def _rewrite(text: str, source: str, page: str, pages: dict[str, str]) -> str:
             target = posixpath.join(target, "README.md")
         if target == "README.md" and anchor in MOVED:
             doc = MOVED[anchor]
-        elif target.startswith("docs/") and (ROOT / target).is_file():
+        elif target.startswith("docs/") and (ROOT / target).exists():
             doc = target.removeprefix("docs/")
         elif target in pages:
             doc = pages[target]
+        elif bang:
+            return match.group(0)  # an image outside docs/: left for strict mode to report
         else:
             return f"{label} (`{target}`)" if label.strip("`") != target else f"`{target}`"
         rel = posixpath.relpath(doc, posixpath.dirname(page))
-        return f"[{label}]({rel}{'#' + anchor if anchor else ''})"
+        return f"{bang}[{label}]({rel}{'#' + anchor if anchor else ''})"
 
     out, fenced = [], False
     for line in text.splitlines(keepends=True):
