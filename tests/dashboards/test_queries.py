@@ -25,8 +25,10 @@ Throttling needs nothing constructed: the recording has ``sw_power_cap`` active.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -135,6 +137,9 @@ class Fed:
 
     def values(self, board: Mapping[str, Any], **chosen: str) -> dict[str, grafana.Value | str]:
         return grafana.resolve(self.prometheus, board, chosen, start=self.start, end=self.at, durations=DURATIONS)
+
+
+DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "img" / "dashboards"
 
 
 @pytest.fixture(scope="module")
@@ -343,3 +348,19 @@ def test_a_range_that_begins_after_an_owners_first_emit_counts_only_what_grew_in
     for owner, counters in CONSTRUCTED.items():
         for field in FIELDS:
             assert close(by_owner[field][owner], counters[field][2] - counters[field][1]), (owner, field)
+
+
+def test_the_dashboards_draw_from_the_real_queries(fed: Fed, tmp_path: Path) -> None:
+    """Each board drawn from its panels' results (tests/dashboards/render.py): the pictures in
+    the docs. ``GPUTALLY_DOCS_IMAGES=1`` writes them to docs/img/dashboards/."""
+    from tests.dashboards import render
+
+    out = DOCS_IMAGES if os.environ.get("GPUTALLY_DOCS_IMAGES") == "1" else tmp_path
+    out.mkdir(parents=True, exist_ok=True)
+    trainer = f"{fed.scene.namespace}/trainer-0"
+    chosen = {"chargeback": {"currency": "USD"}, "fleet": {}, "node": {"host_name": fed.scene.node},
+              "workload": {"owner_kind": fed.kinds[trainer], "owner_id": trainer}}
+    for name, picks in chosen.items():
+        board = grafana.load(name)
+        render.draw(board, fed.values(board, **picks), fed.instant, fed.range, out / f"{name}.png")
+        assert (out / f"{name}.png").stat().st_size > 10_000
