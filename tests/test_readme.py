@@ -111,3 +111,17 @@ def test_the_command_table_lists_every_command_and_probe() -> None:
             probes = next(a for a in sub._actions if isinstance(a, argparse._SubParsersAction))
             for probe in probes.choices:
                 assert f"`gputally probe {probe} [...]`" in table, probe
+
+
+def test_the_amd_and_gaudi_replay_commands_run_as_written() -> None:
+    (block,) = [b for b in _sh_blocks("AMD and Intel Gaudi probes") if "--replay" in b]
+    result = _run_as_written(block)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("GPU 0 (") >= 2  # one device listing per probe
+
+
+def test_the_tour_starts_with_the_demo() -> None:
+    (block,) = _sh_blocks("A two-minute tour")
+    assert block.startswith("make demo ") and "gputally demo" in block
+    plan = subprocess.run(["make", "-n", "demo"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert plan.rstrip().endswith("/gputally demo")  # tests/demo/test_demo.py runs the command itself
