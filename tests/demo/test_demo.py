@@ -37,6 +37,24 @@ def test_the_owner_names_come_from_the_cgroups() -> None:
     assert owner_name("unallocated", "unallocated") == "unallocated"
 
 
-def test_a_missing_recording_says_how_to_give_one(tmp_path: Path) -> None:
+def test_a_missing_recording_says_how_to_give_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(DemoError, match="--recording FILE"):
         find_recording(tmp_path / "none.json")
+    monkeypatch.setenv("GPUTALLY_DEMO_RECORDING", str(tmp_path / "none.json"))
+    assert find_recording(None) is None  # the demo then replays the synthetic one
+
+
+def test_without_the_recording_the_demo_says_it_replays_made_up_readings() -> None:
+    result = subprocess.run([str(BIN / "gputally"), "demo", "--synthetic", "--seconds", "6"], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "SYNTHETIC" in result.stdout.splitlines()[0]
+    assert "event gputally.usage.idle [WARN] Slurm job 90210:" in result.stdout
+    assert re.search(r"^pod 3a5b7c9d, guaranteed .* 13\.20 GiB", result.stdout, re.M)
+
+
+def test_the_synthetic_recording_is_one_the_replay_accepts() -> None:
+    from gputally.demo.synthetic import recording
+    from gputally.probes.nvml.recording_check import check_recording
+
+    check_recording(recording(), name="synthetic")

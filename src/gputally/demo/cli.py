@@ -17,10 +17,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument("--recording", type=Path, default=None, metavar="FILE",
                         help="an NVML recording (default: the shared H200 time series beside a checkout, "
                              "or $GPUTALLY_DEMO_RECORDING)")
+    parser.add_argument("--synthetic", action="store_true",
+                        help="replay made-up readings of the same workloads instead (the default where no recording is found)")
     parser.add_argument("--seconds", type=float, default=Options.replay_seconds, metavar="S",
                         help="how long the probe replays (default %(default)s)")
     parser.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    return run_demo(Options(recording=args.recording, replay_seconds=args.seconds))
+    return run_demo(Options(recording=args.recording, synthetic=args.synthetic, replay_seconds=args.seconds))

@@ -9,6 +9,7 @@ and ``slurm`` processors would before asking their APIs) stand in for a cluster.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -24,6 +25,7 @@ from aiohttp import web
 
 from gputally.cgroup import parse_cgroup
 
+from . import synthetic
 from .config import free_port, serve_config
 from .sink import Event, Sink
 
@@ -55,20 +57,24 @@ class Options:
     """Wall time the probe replays for: each cycle is the next recorded reading, sent at once
     and stamped with the time it is sent (the recording wraps around)."""
     interval: str = "0.25s"
+    synthetic: bool = False
+    """Replay the synthetic recording (:mod:`.synthetic`) even where the real one is found."""
     idle_after: str = "3s"
     """Short, so the idle event fires while you watch (the default is 30m)."""
 
 
-def find_recording(given: Path | None) -> Path:
-    """The recording to replay: ``--recording``, else ``$GPUTALLY_DEMO_RECORDING``, else the
-    shared fixtures beside a checkout. The package ships none (the fixtures' README grants no
-    redistribution)."""
-    candidates = [given] if given else ([Path(os.environ[ENV])] if os.environ.get(ENV) else list(_CANDIDATES))
-    for path in candidates:
-        if path.is_file():
-            return path
-    raise DemoError(f"no recording at {', '.join(map(str, candidates))}: pass --recording FILE "
-                    f"(an NVML recording, `gputally probe nvml --record FILE`) or set ${ENV}")
+def find_recording(given: Path | None) -> Path | None:
+    """The recording to replay: ``--recording`` (which must exist), else
+    ``$GPUTALLY_DEMO_RECORDING``, else the shared fixtures beside a checkout; None when none
+    is found (the demo then makes up one, :mod:`.synthetic`). The package ships no recording:
+    the fixtures' README grants no redistribution."""
+    if given is not None:
+        if given.is_file():
+            return given
+        raise DemoError(f"no recording at {given}: pass --recording FILE "
+                        "(an NVML recording, `gputally probe nvml --record FILE`)")
+    candidates = [Path(os.environ[ENV])] if os.environ.get(ENV) else list(_CANDIDATES)
+    return next((path for path in candidates if path.is_file()), None)
 
 
 def owner_name(kind: str, owner_id: str) -> str:
@@ -143,17 +149,23 @@ Where the same data appears in a deployment:
 
 
 async def _main(options: Options, out: TextIO, err: TextIO) -> int:
-    with tempfile.TemporaryFile("w+") as log:
+    with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory(prefix="gputally-demo-") as scratch:
         try:
-            return await _demo(options, out, log)
+            return await _demo(options, out, log, Path(scratch))
         except DemoError:
             log.seek(0)
             err.write(log.read())  # what serve and the probe said, to see why
             raise
 
 
-async def _demo(options: Options, out: TextIO, log: IO[str]) -> int:
-    recording = find_recording(options.recording)
+async def _demo(options: Options, out: TextIO, log: IO[str], scratch: Path) -> int:
+    recording = None if options.synthetic else find_recording(options.recording)
+    what = "one NVIDIA H200: a trainer pod, a notebook pod that stops, a Slurm job holding memory and never computing"
+    if recording is None:
+        recording = scratch / "synthetic-h200.json"
+        recording.write_text(json.dumps(synthetic.recording()))
+        what = ("SYNTHETIC: made-up readings of the same three workloads"
+                + ("" if options.synthetic else "; the real H200 recording is not beside this install"))
     grpc_port, admin_port = free_port(), free_port()
 
     def event(e: Event) -> None:
@@ -170,8 +182,7 @@ async def _demo(options: Options, out: TextIO, log: IO[str]) -> int:
     sink_port = runner.addresses[0][1]
     config = serve_config(grpc_port=grpc_port, admin_port=admin_port, sink_port=sink_port, idle_after=options.idle_after)
     env = {**os.environ, "GPUTALLY_DEMO_CONFIG": config}
-    print(f"gputally demo: replaying {recording.name} (one NVIDIA H200: a trainer pod, a notebook pod that "
-          "stops, a Slurm job holding memory and never computing)\n"
+    print(f"gputally demo: replaying {recording.name} ({what})\n"
           f"  through `gputally serve` (usage processor) on 127.0.0.1:{grpc_port}\n", file=out, flush=True)
     serve = await asyncio.create_subprocess_exec(*_gputally(), "serve", "--config", "env:GPUTALLY_DEMO_CONFIG",
                                                  env=env, stdout=asyncio.subprocess.DEVNULL, stderr=log)
