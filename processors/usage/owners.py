@@ -1,6 +1,7 @@
 """Who owns a GPU or a GPU process, named from the attributes ``k8s`` and ``slurm`` wrote.
 
-An owner is a (kind, id) pair: ``("slurm.job", "4242")``, ``("k8s.pod", "ml/trainer-0")``.
+An owner is a (kind, id) pair: ``("slurm.job", "4242")``, ``("k8s.pod", "<pod uid>")`` (or
+``("k8s.pod", "ml/trainer-0")`` for a pod whose uid nobody knew: the fallback key).
 Two kinds are reserved: ``unallocated`` owns the time of a GPU nobody holds (OpenCost's idle
 capacity) and ``unattributed`` the work of a process no rule names (a system daemon, a
 process whose pod the API never showed).
@@ -46,23 +47,28 @@ Named = tuple[Owner, tuple[tuple[str, Value], ...]]
 
 
 class _Rule:
-    __slots__ = ("carry", "key", "kind", "list_key")
+    __slots__ = ("carry", "fallback", "fields", "key", "kind", "list_key")
 
     def __init__(self, rule: OwnerRule) -> None:
         self.kind = rule.kind
         self.key = tuple(rule.key)
+        self.fallback = tuple(rule.fallback_key)
         self.list_key = rule.list_key
+        self.fields = tuple(rule.list_fields or rule.key)
         patterns = rule.carry
         self.carry = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)) if patterns else None
 
     def named(self, attributes: Mapping[str, Any]) -> Named | None:
-        values = [attributes.get(key) for key in self.key]
-        if any(v is None or v == "" or isinstance(v, tuple) for v in values):
+        found = _values(self.key, attributes)
+        key = self.key
+        if found is None and self.fallback:
+            found, key = _values(self.fallback, attributes), self.fallback
+        if found is None:
             return None
-        owner = Owner(self.kind, "/".join(str(v) for v in values))
+        owner = Owner(self.kind, "/".join(str(v) for v in found))
         carried = [(k, v) for k, v in attributes.items() if self.carry is not None and self.carry.match(k)
-                   and not isinstance(v, tuple)]
-        return owner, tuple(sorted([*zip(self.key, values, strict=True), *carried]))
+                   and not isinstance(v, tuple) and k not in key]
+        return owner, tuple(sorted([*zip(key, found, strict=True), *carried]))
 
     def listed(self, attributes: Mapping[str, Any]) -> list[Named]:
         if self.list_key is None:
@@ -74,10 +80,25 @@ class _Rule:
         for element in elements:
             if not isinstance(element, str):
                 continue
-            parts = element.split("/", len(self.key) - 1)
-            if len(parts) == len(self.key) and all(parts):
-                named.append((Owner(self.kind, element), tuple(sorted(zip(self.key, parts, strict=True)))))
+            parts = element.split("/", len(self.fields) - 1)
+            if len(parts) != len(self.fields):
+                continue
+            values = {field: part for field, part in zip(self.fields, parts, strict=True) if part}
+            found = _values(self.key, values)
+            if found is None and self.fallback:
+                found = _values(self.fallback, values)
+            if found is not None:
+                owner = Owner(self.kind, "/".join(str(v) for v in found))
+                named.append((owner, tuple(sorted(values.items()))))
         return named
+
+
+def _values(keys: tuple[str, ...], attributes: Mapping[str, Any]) -> list[Any] | None:
+    """The values of ``keys``, or None when one is missing, empty or an array."""
+    values = [attributes.get(key) for key in keys]
+    if any(v is None or v == "" or isinstance(v, tuple) for v in values):
+        return None
+    return values
 
 
 class OwnerRules:
