@@ -126,8 +126,7 @@ class AttributeBuilder:
         attributes.extend(self._node_attributes(pod.node or self.node_name or ""))
         if source == "podresources":
             attributes.append((semconv.PODS, [f"{pod.namespace}/{pod.name}"]))
-            if pod.uid:
-                attributes.append((semconv.POD_UIDS, [f"{pod.namespace}/{pod.name}/{pod.uid}"]))
+            attributes.append((semconv.POD_UIDS, [f"{pod.namespace}/{pod.name}/{pod.uid}"]))
         attributes.append((semconv.ATTRIBUTION, source))
         encoded = Encoded.of(attributes)
         pod.blobs[key] = encoded  # dropped when an owner lookup or a node read completes
@@ -162,8 +161,7 @@ class AttributeBuilder:
         attributes.extend(self._node_attributes(self.node_name or ""))
         if namespace and pod_name and source == "podresources":
             attributes.append((semconv.PODS, [f"{namespace}/{pod_name}"]))
-            if pod_uid:
-                attributes.append((semconv.POD_UIDS, [f"{namespace}/{pod_name}/{pod_uid}"]))
+            attributes.append((semconv.POD_UIDS, [f"{namespace}/{pod_name}/{pod_uid or ''}"]))
         attributes.append((semconv.ATTRIBUTION, source))
         encoded = Encoded.of(attributes)
         if len(self._identity) >= self._max:
@@ -186,9 +184,8 @@ class AttributeBuilder:
         names = sorted({f"{h.namespace}/{h.pod}" for h in holders})
         namespaces = {h.namespace for h in holders}
         attributes: list[tuple[str, Value]] = [(semconv.PODS, names)]
-        identities = sorted(f"{name}/{uid}" for name, uid in zip(names, uids, strict=False) if uid)
-        if identities:
-            attributes.append((semconv.POD_UIDS, identities))
+        if len(uids) == len(names):
+            attributes.append((semconv.POD_UIDS, [f"{name}/{uid or ''}" for name, uid in zip(names, uids, strict=True)]))
         if len(namespaces) == 1:
             attributes.append((semconv.NAMESPACE_NAME, next(iter(namespaces))))
         # Node mode: this node. Gateway mode: the node of the pods (a device's pods share its node).

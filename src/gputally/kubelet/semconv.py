@@ -87,8 +87,9 @@ OWNER_NAME = "gputally.k8s.owner.name"
 PODS = "gputally.k8s.pods"
 """On a device: every pod holding it, as a sorted array of ``namespace/name``."""
 POD_UIDS = "gputally.k8s.pod.uids"
-"""On a device: every holding pod whose uid is known (API server, CRI, or the probe's hint), as
-a sorted array of ``namespace/name/uid``: what accounts a shared GPU's holders by uid."""
+"""On a device: every holding pod with its uid where known (API server, CRI, or the probe's
+hint), as a sorted array of ``namespace/name/uid`` (``namespace/name/`` where not): what
+accounts a device's holders by uid."""
 ATTRIBUTION = "gputally.k8s.attribution"
 """How the owner was found: ``cgroup``, ``podresources`` or ``none``."""
 

@@ -63,7 +63,8 @@ async def test_node_mode_without_a_runtime_answer_keeps_the_bare_identity(tmp_pa
     batch = await proc.process(metrics_batch(gpu_resource(), process_resource(629, cgroup=CGROUP_629)))
     assert batch is not None
     gpu, process = (k8s_only(a) for a in resource_attrs(batch))
-    assert "k8s.pod.uid" not in gpu and "gputally.k8s.pod.uids" not in gpu and gpu["k8s.pod.name"] == "jupyter-alice-0"
+    assert "k8s.pod.uid" not in gpu and gpu["k8s.pod.name"] == "jupyter-alice-0"
+    assert gpu["gputally.k8s.pod.uids"] == ["notebooks/jupyter-alice-0/"]  # named, its uid unknown
     assert process["k8s.pod.uid"] == POD_UID and "k8s.pod.name" not in process
 
 
@@ -80,4 +81,4 @@ async def test_gateway_mode_takes_holder_uids_from_the_probes_hint() -> None:
     single, shared = (k8s_only(a) for a in resource_attrs(batch))
     assert single["k8s.pod.uid"] == POD_UID and single["k8s.pod.name"] == "jupyter-alice-0"
     assert single["gputally.k8s.pod.uids"] == [f"notebooks/jupyter-alice-0/{POD_UID}"]
-    assert shared["gputally.k8s.pods"] == ["ml/a", "ml/b"] and shared["gputally.k8s.pod.uids"] == [f"ml/b/{OTHER_UID}"]
+    assert shared["gputally.k8s.pods"] == ["ml/a", "ml/b"] and shared["gputally.k8s.pod.uids"] == ["ml/a/", f"ml/b/{OTHER_UID}"]

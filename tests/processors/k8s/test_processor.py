@@ -254,7 +254,7 @@ async def test_device_ids_by_index_and_minor_number_find_the_same_gpu(tmp_path: 
     # Not in the pod cache (not listed yet): PodResources' own identity is attached at once.
     assert k8s_only(first) == {"k8s.pod.name": "by-index", "k8s.namespace.name": "ml", "k8s.container.name": "main",
                                "k8s.node.name": "node-a", "gputally.k8s.pods": ["ml/by-index"],
-                               "gputally.k8s.attribution": "podresources"}
+                               "gputally.k8s.pod.uids": ["ml/by-index/"], "gputally.k8s.attribution": "podresources"}
     assert second["k8s.pod.name"] == "by-minor"
 
 
@@ -344,7 +344,8 @@ async def test_a_hint_is_split_on_its_first_three_slashes_and_nonsense_is_not_be
     parsed, ignored = resource_attrs(batch)
     # Not listed by the API (yet): the hint's own identity, as PodResources' in node mode.
     assert without_hint(parsed) == {"k8s.pod.name": "a", "k8s.namespace.name": "ml", "k8s.container.name": "main",
-                                    "gputally.k8s.pods": ["ml/a"], "gputally.k8s.attribution": "podresources"}
+                                    "gputally.k8s.pods": ["ml/a"], "gputally.k8s.pod.uids": ["ml/a/"],
+                                    "gputally.k8s.attribution": "podresources"}
     assert without_hint(ignored) == {}
 
 
