@@ -44,7 +44,8 @@ class OwnerRule(Strict):
         if self.list_fields and self.list_key is None:
             raise ValueError("list_fields needs list_key")
         fields = self.list_fields or self.key
-        if self.list_key is not None and not (set(self.key) <= set(fields) or set(self.fallback_key or [None]) <= set(fields)):
+        named = set(self.key) <= set(fields) or bool(self.fallback_key and set(self.fallback_key) <= set(fields))
+        if self.list_key is not None and not named:
             raise ValueError("list_fields must hold the key (or the fallback_key) attributes")
         return self
 

@@ -46,9 +46,10 @@ def test_by_owner_equals_the_counters(fed: Fed) -> None:
     rows = rows_by_label(body)
     ns, job = fed.scene.namespace, str(fed.scene.job)
     assert set(rows) == {f"k8s.pod {ns}/trainer-0", f"k8s.pod {ns}/jupyter-bob-0", f"slurm.job {job}"}
+    shown = {fed.scene.trainer: f"{ns}/trainer-0", fed.scene.notebook: f"{ns}/jupyter-bob-0"}  # keyed by uid
     for owner, counters in want.items():
         kind = "slurm.job" if owner == job else "k8s.pod"
-        row = rows[f"{kind} {owner}"]
+        row = rows[f"{kind} {shown.get(owner, owner)}"]
         assert (row["owner_kind"], row["owner_id"], row["gpus"]) == (kind, owner, 1)
         assert_row(row, counters, fed)
     assert_row(body["total"] | {"label": "TOTAL"}, summed(want, list(want)), fed)
@@ -85,7 +86,7 @@ def test_by_pod_and_model(fed: Fed) -> None:
     rows = rows_by_label(report(*fed.args("--by", "pod", "--format", "json")).json())
     assert set(rows) == {f"{ns}/trainer-0", f"{ns}/jupyter-bob-0", "(no namespace)"}
     assert (rows[f"{ns}/trainer-0"]["namespace"], rows[f"{ns}/trainer-0"]["pod"]) == (ns, "trainer-0")
-    assert_row(rows[f"{ns}/jupyter-bob-0"], want[f"{ns}/jupyter-bob-0"], fed)
+    assert_row(rows[f"{ns}/jupyter-bob-0"], want[fed.scene.notebook], fed)
     rows = rows_by_label(report(*fed.args("--by", "model", "--format", "json")).json())
     assert list(rows) == ["NVIDIA H200"]
     assert_row(rows["NVIDIA H200"], summed(want, list(want)), fed)
@@ -136,7 +137,7 @@ def test_chunks_and_split_ranges_add_up(fed: Fed) -> None:
     whole = rows_by_label(report(*fed.args("--format", "json")).json())
     chunked = rows_by_label(report(*fed.args("--format", "json", "--chunk", "1s")).json())
     assert chunked == whole
-    trainer = f"{fed.scene.namespace}/trainer-0"
+    trainer = fed.scene.trainer
     samples = {float(t): float(v) for s in fed.prometheus.query(
         f'gputally_usage_allocated_time_seconds_total{{gputally_usage_owner_id="{trainer}"}}[1h]', time=fed.end)
         for t, v in s["values"]}
@@ -152,10 +153,11 @@ def test_chunks_and_split_ranges_add_up(fed: Fed) -> None:
             for name in FIELDS:
                 parts = [r[label][name] for r in (before, after) if label in r]
                 assert close(sum(parts), row[name]), (cut, label, name, parts, row[name])
-    first = rows_by_label(report("--prometheus", fed.url, "--format", "json", "--start", f"{fed.start:.3f}",
-                                 "--end", f"{emits[0] + 0.001:.3f}").json())
+    first = {row["owner_id"]: row for row in report(
+        "--prometheus", fed.url, "--format", "json", "--start", f"{fed.start:.3f}",
+        "--end", f"{emits[0] + 0.001:.3f}").json()["rows"]}  # by uid: the first emit may predate the names
     # Up to the first emit, the counter's value then (all of the scene, or part of it, as the emits fell).
-    assert close(first[f"k8s.pod {trainer}"]["allocated_gpu_hours"], samples[emits[0]] / 3600)
+    assert close(first[trainer]["allocated_gpu_hours"], samples[emits[0]] / 3600)
 
 
 def test_since(fed: Fed) -> None:

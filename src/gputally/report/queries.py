@@ -60,7 +60,7 @@ from .timerange import Range
 
 __all__ = [
     "COUNTERS", "CURRENCY", "HW_ID", "INSTANCE", "MEMORY_LIMIT", "OWNER_ID", "OWNER_KIND", "PEAK",
-    "Account", "Selector", "Usage", "fetch", "first_and_last_seen", "memory_limits", "usage_series_exist",
+    "Account", "Selector", "Usage", "duration_text", "fetch", "first_and_last_seen", "memory_limits", "usage_series_exist",
 ]
 
 COUNTERS: dict[str, str] = {
@@ -118,6 +118,11 @@ class Selector:
             pattern = "|".join(_regex_escape(o) for o in sorted(set(owners)))
             matchers.append(f"{OWNER_ID}=~{promql_string(pattern)}")
         return "{" + ",".join(matchers) + "}"
+
+
+def duration_text(seconds: float) -> str:
+    """``seconds`` as a PromQL duration."""
+    return _duration(seconds)
 
 
 def _duration(seconds: float) -> str:

@@ -103,7 +103,11 @@ def _row_of(account: Account, by: str) -> tuple[str, dict[str, str | None], bool
         missing = next(name for name, v in values.items() if v is None)
         return f"(no {missing})", values, True
     if by == "owner":
-        return f"{values['owner_kind']} {values['owner_id']}", values, False
+        owner = values["owner_id"]
+        namespace, pod = account.labels.get("k8s_namespace_name"), account.labels.get("k8s_pod_name")
+        if values["owner_kind"] == "k8s.pod" and namespace and pod:  # keyed by uid, shown by name
+            owner = f"{namespace}/{pod}"
+        return f"{values['owner_kind']} {owner}", values, False
     return "/".join(str(v) for v in values.values()), values, False
 
 
@@ -114,9 +118,10 @@ def build(accounts: Iterable[Account], by: str) -> Table:
     total = Figures()
     for account in accounts:
         label, group, special = _row_of(account, by)
-        row = rows.get(label)
+        key = f"{label}\0{group.get('owner_id') if by == 'owner' else ''}"  # one row per owner, whatever its name
+        row = rows.get(key)
         if row is None:
-            row = rows[label] = Row(label, group, special=special)
+            row = rows[key] = Row(label, group, special=special)
         row.figures.add(account)
         total.add(account)
     ordered: Sequence[Row] = sorted(
