@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -60,6 +61,12 @@ class PyslurmConfig(Strict):
     timeout: Duration = 10.0
     """Limit on one call (it runs in a thread)."""
 
+    def slurm_conf_in(self, environ: Mapping[str, str]) -> Path:
+        """The slurm.conf pyslurm will read: ``slurm_conf``, ``$SLURM_CONF``, or the default."""
+        if self.slurm_conf is not None:
+            return self.slurm_conf
+        return Path(environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
+
 
 class CacheConfig(Strict):
     """``cache:``: job metadata kept in memory, refreshed in the background."""
@@ -114,11 +121,15 @@ class SlurmConfig(Strict):
     GRES mapping. Leave unset on a central gateway: its /proc is not the nodes'."""
     node_name: str | None = None
     """This machine's Slurm node name, for resources without ``host.name``. Default:
-    ``$SLURMD_NODENAME``, else the short host name."""
+    ``$SLURMD_NODENAME``, else the short host name (:meth:`node_name_in`)."""
     cluster_name: str | None = None
     """``slurm.cluster.name`` to set; default: what the backend reports."""
     cache: CacheConfig = CacheConfig()
     gres: GresConfig = GresConfig()
+
+    def node_name_in(self, environ: Mapping[str, str], hostname: str) -> str:
+        """``node_name``, else ``SLURMD_NODENAME`` from ``environ``, else ``hostname`` up to its first dot."""
+        return self.node_name or environ.get("SLURMD_NODENAME") or hostname.split(".", 1)[0]
 
     @model_validator(mode="after")
     def _backend_section(self) -> SlurmConfig:

@@ -383,7 +383,7 @@ def _runtime(config: SlurmConfig, context: ComponentContext, metrics: _Metrics) 
     environ = dict(os.environ)
     backend = make_backend(config, environ=environ)
     hostname = socket.gethostname()
-    node_name = config.node_name or environ.get("SLURMD_NODENAME") or hostname.split(".", 1)[0]
+    node_name = config.node_name_in(environ, hostname)
     gres_conf = None
     if config.gres.conf is not None:
         try:

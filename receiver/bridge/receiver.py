@@ -15,11 +15,12 @@ Served on :class:`gputally.h2.Server` in the event loop's thread, as the ``otlp`
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
 
 from gputally.auth import BearerTokenAuth
@@ -39,8 +40,27 @@ __all__ = ["METHODS", "BridgeReceiver", "create"]
 
 log = logging.getLogger(__name__)
 
+class _Call(Protocol):
+    """A ``Process*Request`` of any signal (the three share their fields)."""
+
+    otlp: bytes
+    pipeline: str
+
+    def ParseFromString(self, serialized: bytes) -> int: ...
+
+
+class _Answer(Protocol):
+    """A ``Process*Response`` of any signal."""
+
+    otlp: bytes
+    dropped_items: int
+    error_message: str
+
+    def SerializeToString(self) -> bytes: ...
+
+
 _SERVICE = "/gputally.bridge.v1.Bridge"
-METHODS: dict[Signal, tuple[str, type[Message], type[Message]]] = {
+METHODS: dict[Signal, tuple[str, Callable[[], _Call], Callable[[], _Answer]]] = {
     Signal.METRICS: (f"{_SERVICE}/ProcessMetrics", bridge_pb2.ProcessMetricsRequest, bridge_pb2.ProcessMetricsResponse),
     Signal.LOGS: (f"{_SERVICE}/ProcessLogs", bridge_pb2.ProcessLogsRequest, bridge_pb2.ProcessLogsResponse),
     Signal.TRACES: (f"{_SERVICE}/ProcessTraces", bridge_pb2.ProcessTracesRequest, bridge_pb2.ProcessTracesResponse),
@@ -121,7 +141,7 @@ class BridgeReceiver(Receiver):
                                f"pipeline {pipeline_id!r} is a {pipeline.signal} pipeline, not {signal}")
         return pipeline
 
-    async def _process(self, signal: Signal, pipeline: InlinePipeline, otlp: bytes, response: Message) -> int:
+    async def _process(self, signal: Signal, pipeline: InlinePipeline, otlp: bytes, response: _Answer) -> int:
         """Run the batch; put what comes out in ``response.otlp``; the items dropped."""
         try:
             batch = self._checked.decode(signal, otlp)
@@ -145,7 +165,7 @@ class BridgeReceiver(Receiver):
             self._metrics.rejected[signal].inc(batch.rejected)
         if result is None:
             return received + batch.rejected
-        response.otlp = result.serialize()  # type: ignore[attr-defined]
+        response.otlp = result.serialize()
         return max(0, received - result.items) + batch.rejected
 
     def _refuse(self, signal: Signal, code: grpc.StatusCode, message: str, *, items: int = 0, reason: str = "invalid",

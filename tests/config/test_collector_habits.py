@@ -111,7 +111,7 @@ def test_version_flag_bare_command_and_components(capsys: pytest.CaptureFixture[
 
 
 def test_serve_help_lists_the_endpoint_variables() -> None:
-    result = subprocess.run([sys.executable, "-m", "gputally.cli.main", "serve", "--help"], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "gputally.cli", "serve", "--help"], capture_output=True, text=True,
                             check=True)
     for name in ("GPUTALLY_GRPC_ENDPOINT", "GPUTALLY_HTTP_ENDPOINT", "GPUTALLY_ADMIN_ENDPOINT"):
         assert name in result.stdout

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gputally.config.types import ClientTLSSettings, RetrySettings
+from gputally.config.types import ClientTLSSettings
+from gputally.exporterhelper.settings import RetrySettings
 from gputally.exporters.otlp.config import GrpcKeepalive, OTLPGrpcConfig
 from gputally.exporterhelper.otlpconfig import Target
 from gputally.exporters.otlp.native import NativeGrpcTransport

@@ -136,7 +136,7 @@ async def test_the_command_line_with_a_socket_prints_the_holders(kubelet: tuple[
     socket, fake = kubelet
     fake.allocate("notebooks", "jupyter-alice-0", "notebook", "nvidia.com/gpu", GPU_UUID)
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gputally.cli.main", "probe", "nvml", "--replay", str(TWO_WORKLOADS), "--once", "--debug",
+        sys.executable, "-m", "gputally.cli", "probe", "nvml", "--replay", str(TWO_WORKLOADS), "--once", "--debug",
         "--pod-resources", str(socket), "--pod-resources-refresh", "1s",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )

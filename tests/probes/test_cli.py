@@ -54,7 +54,7 @@ def test_replay_once_debug_prints_the_h200_with_both_processes_and_cgroups() -> 
 @pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None, reason="this machine has NVML")
 def test_a_node_without_nvml_gets_one_line_and_exit_1() -> None:
     result = subprocess.run(
-        [PYTHON, "-m", "gputally.cli.main", "probe", "nvml", "--once", "--debug"],
+        [PYTHON, "-m", "gputally.cli", "probe", "nvml", "--once", "--debug"],
         capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 1
@@ -66,7 +66,7 @@ def test_a_node_without_nvml_gets_one_line_and_exit_1() -> None:
 
 def test_sigterm_stops_the_loop_cleanly() -> None:
     process = subprocess.Popen(
-        [PYTHON, "-m", "gputally.cli.main", "probe", "nvml", "--replay", str(TWO_WORKLOADS), "--debug",
+        [PYTHON, "-m", "gputally.cli", "probe", "nvml", "--replay", str(TWO_WORKLOADS), "--debug",
          "--interval", "100ms"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )

@@ -116,7 +116,7 @@ def rows(result: Any) -> dict[str, Any]:
 
 def test_unreachable_prometheus_from_a_real_process() -> None:
     port = free_port()
-    proc = subprocess.run([sys.executable, "-m", "gputally.cli.main", "report", "--prometheus", f"http://127.0.0.1:{port}"],
+    proc = subprocess.run([sys.executable, "-m", "gputally.cli", "report", "--prometheus", f"http://127.0.0.1:{port}"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 1 and proc.stdout == ""
     assert one_line(proc.stderr) == f"gputally: cannot reach Prometheus at http://127.0.0.1:{port}: connection refused"
@@ -220,7 +220,7 @@ def test_argparse_refusals_exit_2() -> None:
 
 def test_progress_only_on_a_terminal(fed: Fed) -> None:
     """Chunk by chunk on a terminal's stderr, erased at the end; nothing in a pipe."""
-    command = [sys.executable, "-m", "gputally.cli.main", "report", *fed.args("--chunk", "1s", "--format", "csv")]
+    command = [sys.executable, "-m", "gputally.cli", "report", *fed.args("--chunk", "1s", "--format", "csv")]
     piped = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert piped.returncode == 0 and piped.stderr == "" and piped.stdout.startswith("owner_kind,owner_id,")
     leader, follower = pty.openpty()

@@ -10,7 +10,7 @@ from gputally.processors.slurm.config import SlurmConfig
 
 from .base import Backend
 from .cli import CliBackend
-from .pyslurm import PyslurmBackend, pyslurm_available, slurm_conf_path
+from .pyslurm import PyslurmBackend, pyslurm_available
 from .restd import RestdBackend
 
 __all__ = ["Backend", "CliBackend", "PyslurmBackend", "RestdBackend", "make_backend"]
@@ -25,7 +25,7 @@ def make_backend(config: SlurmConfig, *, environ: Mapping[str, str]) -> Backend:
             kind = "slurmrestd"
         elif shutil.which(config.cli.scontrol, path=environ.get("PATH")) is not None:
             kind = "cli"
-        elif pyslurm_available(slurm_conf_path(config.pyslurm, environ)):
+        elif pyslurm_available(config.pyslurm.slurm_conf_in(environ)):
             kind = "pyslurm"
         else:
             raise ConfigError(
@@ -39,7 +39,7 @@ def make_backend(config: SlurmConfig, *, environ: Mapping[str, str]) -> Backend:
         if shutil.which(config.cli.scontrol, path=environ.get("PATH")) is None:
             raise ConfigError(f"slurm.cli.scontrol: {config.cli.scontrol!r} is not an executable on PATH")
         return CliBackend(config.cli, environ=environ)
-    conf = slurm_conf_path(config.pyslurm, environ)
+    conf = config.pyslurm.slurm_conf_in(environ)
     if not conf.is_file():
         raise ConfigError(f"slurm.pyslurm.slurm_conf: {conf} does not exist (pyslurm cannot be imported without it)")
     return PyslurmBackend(config.pyslurm, environ=environ)

@@ -28,17 +28,10 @@ from gputally.processors.slurm.model import JobInfo
 from .base import Backend
 from .json_jobs import running
 
-__all__ = ["PyslurmBackend", "slurm_conf_path"]
+__all__ = ["PyslurmBackend"]
 
 ESLURM_INVALID_JOB_ID = 2017
 T = TypeVar("T")
-
-
-def slurm_conf_path(config: PyslurmConfig, environ: Mapping[str, str]) -> Path:
-    """The slurm.conf pyslurm will read: the configured one, ``$SLURM_CONF``, or the default."""
-    if config.slurm_conf is not None:
-        return config.slurm_conf
-    return Path(environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
 
 
 class PyslurmBackend(Backend):
@@ -48,7 +41,7 @@ class PyslurmBackend(Backend):
 
     def __init__(self, config: PyslurmConfig, *, environ: Mapping[str, str]) -> None:
         self._config = config
-        self._conf = slurm_conf_path(config, environ)
+        self._conf = config.slurm_conf_in(environ)
         self._module: Any = None
 
     async def get_job(self, job_id: int) -> JobInfo | None:

@@ -79,7 +79,7 @@ async def debug_gpus_beside(kubelet: Kubelet, directory: Path, *probe: str) -> l
     debug dump's GPU blocks, in order. Fails the test when the probe does not exit 0."""
     async with kubelet_socket(directory, kubelet) as socket:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gputally.cli.main", "probe", *probe, "--once", "--debug",
+            sys.executable, "-m", "gputally.cli", "probe", *probe, "--once", "--debug",
             "--pod-resources", str(socket), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
         stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=60)

@@ -1,0 +1,7 @@
+"""``python -m gputally.cli``: the ``gputally`` command."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())
