@@ -8,8 +8,8 @@
 Run twice: the API server unreachable for the whole run, and reachable only for the second
 half. Each pod's busy time, energy and peak memory must equal what its own processes did
 (`series.expected`, by uid), its allocated time must come from the holders, no work of a
-process whose cgroup names a pod may land in ``unattributed``, and ``report`` must show one
-row per pod.
+process whose cgroup names a pod may land in ``unattributed``, no idle event may name the
+working trainer (``idle_after`` is 1 s), and ``report`` must show one row per pod.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import re
 import time
 import urllib.request
 from collections.abc import AsyncIterator
@@ -94,6 +95,20 @@ def kubeconfig_through(kube: KubeCluster, port: int, path: Path) -> Path:
     return path
 
 
+def idle_events(log: str) -> dict[str, int]:
+    """Owner id -> how many ``gputally.usage.idle`` events the debug exporter wrote for it
+    (verbosity ``normal``: a ``resource {...}`` line, then a line per log record)."""
+    found: dict[str, int] = {}
+    owner = ""
+    for line in log.splitlines():
+        if line.startswith("resource "):
+            match = re.search(r"gputally\.usage\.owner\.id=([^\s,}]+)", line)
+            owner = match.group(1).strip("'\"") if match else ""
+        elif " gputally.usage.idle " in line:
+            found[owner] = found.get(owner, 0) + 1
+    return found
+
+
 def synced(metrics_url: str) -> bool:
     text = urllib.request.urlopen(metrics_url, timeout=5).read().decode()
     return any(line.startswith("gputally_k8s_synced") and line.endswith(" 1.0") for line in text.splitlines())
@@ -136,9 +151,11 @@ async def test_each_pod_is_accounted_by_uid_whatever_the_api_server_does(
                     "watch": {"backoff_initial": "100ms", "backoff_max": "300ms", "request_timeout": "3s"}},
             "usage": {"settle": "200ms", "emit_interval": "1s", "end_after": "1h", "idle_after": "1s"},
         },
-        "exporters": {"otlphttp": {"endpoint": prometheus.otlp_url.removesuffix("/v1/metrics"), "compression": "none"}},
+        "exporters": {"otlphttp": {"endpoint": prometheus.otlp_url.removesuffix("/v1/metrics"), "compression": "none"},
+                      "debug": {"verbosity": "normal"}},  # the usage events, into gputally's own log
         "service": {
-            "pipelines": {"metrics": {"receivers": ["otlp"], "processors": ["k8s", "usage"], "exporters": ["otlphttp"]}},
+            "pipelines": {"metrics": {"receivers": ["otlp"], "processors": ["k8s", "usage"], "exporters": ["otlphttp"]},
+                          "logs": {"receivers": ["otlp"], "processors": ["usage"], "exporters": ["debug"]}},
             "telemetry": {"metrics": {"address": f"127.0.0.1:{metrics_port}"}},
         },
     }
@@ -192,6 +209,14 @@ async def test_each_pod_is_accounted_by_uid_whatever_the_api_server_does(
         f"energy {found[uids[pid]]['energy']:.3f} J (want {want[uids[pid]]['energy']:.3f}), "
         f"peak {found[uids[pid]]['peak'] / 2**20:.0f} MiB (want {want[uids[pid]]['peak'] / 2**20:.0f})"
         for name, pid in (("trainer", TRAINER_PID), ("notebook", NOTEBOOK_PID))))
+
+    # idle_after is 1 s: the trainer works every sample, so no idle event may name it; the
+    # notebook stops computing while it still holds its share, and is called idle.
+    idle = idle_events(gateway.log_path.read_text())
+    assert uids[TRAINER_PID] not in idle, idle
+    assert want[uids[NOTEBOOK_PID]]["idle"] > 1 and uids[NOTEBOOK_PID] in idle, (want[uids[NOTEBOOK_PID]], idle)
+    print(f"{api}: idle events: trainer {idle.get(uids[TRAINER_PID], 0)}, notebook {idle.get(uids[NOTEBOOK_PID], 0)} "
+          f"(its idle time {want[uids[NOTEBOOK_PID]]['idle']:.3f} s)")
 
     table = report("--prometheus", prometheus.url, "--since", "1h", "--by", "pod", "--format", "json").json()
     pods = [row for row in table["rows"] if not row.get("special")]
