@@ -16,7 +16,8 @@ from typing import Any, NamedTuple
 
 from .config import OwnerRule
 
-__all__ = ["UNALLOCATED", "UNATTRIBUTED", "Owner", "OwnerRules", "Value", "owner"]
+__all__ = ["NO_CGROUP", "NO_METADATA", "REASONS", "UNALLOCATED", "UNATTRIBUTED", "Owner", "OwnerRules", "Value",
+           "owner", "unattributed_reason"]
 
 Value = str | int | float | bool
 
@@ -44,6 +45,25 @@ def owner(kind: str, owner_id: str) -> Owner:
 
 Named = tuple[Owner, tuple[tuple[str, Value], ...]]
 """An owner and the attributes it was seen with (its key and carried attributes)."""
+
+NO_CGROUP = "no_cgroup"
+"""Why a process is ``unattributed``: nothing named its cgroup (not sent, not readable, or
+not a pod's or a job's: a system daemon, a process gone before its cgroup was read)."""
+NO_METADATA = "no_metadata"
+"""Why a process is ``unattributed``: its cgroup named a pod or a job (a uid, a container,
+a job id), but not the attributes any rule keys on (a pod or job the metadata never showed)."""
+REASONS = (NO_CGROUP, NO_METADATA)
+
+_CGROUP_NAMED = ("k8s.pod.uid", "container.id", "k8s.namespace.name", "k8s.pod.name", "slurm.job.id")
+"""Attributes only a process's cgroup (and what it leads to) writes on it."""
+
+
+def unattributed_reason(attributes: Mapping[str, Any]) -> str:
+    """Why no rule named the process with ``attributes``: `NO_METADATA` when the attribution
+    processors found its cgroup's pod or job, else `NO_CGROUP`."""
+    if attributes.get("gputally.k8s.attribution") == "cgroup" or any(attributes.get(k) for k in _CGROUP_NAMED):
+        return NO_METADATA
+    return NO_CGROUP
 
 
 class _Rule:
