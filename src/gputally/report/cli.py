@@ -200,13 +200,15 @@ def _report(args: argparse.Namespace, err: TextIO) -> str:
         selector = queries.Selector(((queries.OWNER_KIND, kind), (queries.OWNER_ID, owner)))
     progress = _Progress(err)
     try:
-        usage = queries.fetch(client, rng, selector=selector, chunk=chunk, lookback=lookback, progress=progress)
+        usage = queries.fetch(client, rng, selector=selector, chunk=chunk, lookback=lookback, progress=progress,
+                              unattributed=args.view is None)
     finally:
         progress.close()
     if not usage.accounts:
         _nothing(client, rng, lookback, args)
     if args.view is None:
         built = table.build(usage.accounts, args.by)
+        built.unattributed = usage.unattributed
         return {"table": render.table_text, "csv": render.table_csv, "json": render.table_json}[args.format](built, rng)
     thresholds = workload.Thresholds(args.low_utilization, args.unused_below, args.low_memory)
     view = workload.build(kind, args.name, usage, limits=queries.memory_limits(client, usage, lookback=lookback),

@@ -103,7 +103,24 @@ def table_text(table: Table, rng: Range) -> str:
     rule = "-" * max(len(line) for line in lines)
     return "\n".join([_header(f"GPU usage by {table.by}", rng),
                       _UNITS.format(" and ".join(table.currencies) or "-"), "", lines[0], *lines[1:-1], rule,
-                      lines[-1]]) + "\n"
+                      lines[-1], *_unattributed_text(table, hours)]) + "\n"
+
+
+_REASONS = {"no_cgroup": "no cgroup", "no_metadata": "no metadata"}
+
+
+def _unattributed_text(table: Table, hours: int) -> list[str]:
+    """The line under the table: how much of the GPUs' work no rule attributed, and why."""
+    if not table.unattributed:
+        return []
+    busy = sum(table.unattributed.values())
+    if busy <= 0:
+        return ["", "unattributed work: none (every busy GPU-hour has an owner)"]
+    share = busy / table.total.busy if table.total.busy > 0 else None
+    why = ", ".join(f"{_REASONS.get(r, r)} {_number(v / 3600, hours)}" for r, v in sorted(table.unattributed.items())
+                    if v > 0)
+    return ["", f"unattributed work: {_number(busy / 3600, hours)} GPU-h busy, {_percent(share)} of all busy time",
+            f"  {why} (may be the GPUs' owners' own work)"]
 
 
 def _figures_json(f: Figures) -> dict[str, Any]:
@@ -118,6 +135,13 @@ def table_json(table: Table, rng: Range) -> str:
         "rows": [{"label": r.label, **r.group, "special": r.special, **_figures_json(r.figures)} for r in table.rows],
         "total": _figures_json(table.total),
     }
+    if table.unattributed:
+        busy = sum(table.unattributed.values())
+        body["unattributed"] = {
+            "busy_gpu_hours": busy / 3600,
+            "share_of_busy": busy / table.total.busy if table.total.busy > 0 else None,
+            "by_reason_gpu_hours": {r: v / 3600 for r, v in sorted(table.unattributed.items())},
+        }
     return json.dumps(body, indent=2) + "\n"
 
 

@@ -92,6 +92,8 @@ class Table:
     rows: list[Row]
     total: Figures
     currencies: list[str]
+    unattributed: dict[str, float] = field(default_factory=dict)
+    """Reason -> seconds of the GPUs' busy time that no rule attributed (`queries.Usage`)."""
 
 
 def _row_of(account: Account, by: str) -> tuple[str, dict[str, str | None], bool]:
