@@ -104,6 +104,11 @@ def test_terminal_table_fits_80_columns_and_shows_the_json_figures(fed: Fed) -> 
     assert lines[3].split() == ["namespace", "alloc", "h", "busy", "h", "eff", "idle", "h", "kWh", "EUR"]
     body = report(*command, "--format", "json").json()
     total = body["total"]
+    end = next(i for i, line in enumerate(lines) if line.startswith("TOTAL"))
+    # Under the table: the unattributed work (none in the scene: every process has an owner).
+    assert lines[end + 1:] == ["", "unattributed work: none (every busy GPU-hour has an owner)"]
+    assert body["unattributed"]["busy_gpu_hours"] == 0
+    lines = lines[:end + 1]
     cells = lines[-1].split()
     assert cells[0] == "TOTAL" and set(lines[-2]) == {"-"}
     decimals = len(cells[1].split(".")[1])
