@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -50,6 +51,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser = commands.add_parser("report", help=_HELP, description=_HELP, epilog=_EPILOG,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.set_defaults(handler=run)
+    # `--since -1h`: a value that starts with a minus and a digit is a value, not an option
+    # (argparse takes only plain negative numbers so; no option of report starts with a digit).
+    parser._negative_number_matcher = re.compile(r"^-\d[\w.]*$")
     parser.add_argument("view", nargs="?", metavar="job|pod", help="one workload instead of the table")
     parser.add_argument("name", nargs="?", help="the Slurm job id, or the pod as NAMESPACE/NAME or its UID")
     source = parser.add_argument_group("Prometheus")
@@ -211,8 +215,10 @@ def _report(args: argparse.Namespace, err: TextIO) -> str:
         built.unattributed = usage.unattributed
         return {"table": render.table_text, "csv": render.table_csv, "json": render.table_json}[args.format](built, rng)
     thresholds = workload.Thresholds(args.low_utilization, args.unused_below, args.low_memory)
+    guests = [a.hw_id for a in usage.accounts if a.allocated == 0]
     view = workload.build(kind, args.name, usage, limits=queries.memory_limits(client, usage, lookback=lookback),
-                          seen=queries.first_and_last_seen(client, selector, usage), thresholds=thresholds)
+                          seen=queries.first_and_last_seen(client, selector, usage), thresholds=thresholds,
+                          held=queries.held_by_others(client, rng, guests) if guests else set())
     if args.format == "json":
         return render.workload_json(view, rng)
     return render.workload_text(view, rng)

@@ -61,7 +61,8 @@ from .timerange import Range
 __all__ = [
     "COUNTERS", "CURRENCY", "HW_ID", "INSTANCE", "MEMORY_LIMIT", "OWNER_ID", "OWNER_KIND", "PEAK", "REASON",
     "UNATTRIBUTED",
-    "Account", "Selector", "Usage", "duration_text", "fetch", "first_and_last_seen", "memory_limits", "usage_series_exist",
+    "Account", "Selector", "Usage", "duration_text", "fetch", "first_and_last_seen", "held_by_others", "memory_limits",
+    "usage_series_exist",
 ]
 
 COUNTERS: dict[str, str] = {
@@ -325,6 +326,22 @@ def memory_limits(client: Prometheus, usage: Usage, *, lookback: float) -> dict[
                                 f"[{_duration(b - a + lookback)}]))", b):
         out[sample.labels.get(HW_ID, "")] = sample.value
     return out
+
+
+def held_by_others(client: Prometheus, rng: Range, hw_ids: Iterable[str]) -> set[str]:
+    """Which of ``hw_ids`` someone held in the range: an owner (not ``unallocated`` or
+    ``unattributed``) whose allocated time on it grew there. A workload's GPU it ran on without
+    holding it was either someone else's or nobody's."""
+    gpus = sorted(set(hw_ids))
+    if not gpus:
+        return set()
+    name = COUNTERS["allocated"]
+    matchers = (f"{{{HW_ID}=~{promql_string('|'.join(_regex_escape(g) for g in gpus))},"
+                f'{OWNER_KIND}!~"unallocated|unattributed"}}')
+    window = _duration(rng.end - rng.start)
+    found = client.vector(f"group by ({HW_ID}) ((max_over_time({name}{matchers}[{window}]) - "
+                          f"min_over_time({name}{matchers}[{window}])) > 0)", rng.end)
+    return {sample.labels.get(HW_ID, "") for sample in found}
 
 
 def usage_series_exist(client: Prometheus, at: float, lookback: float) -> bool:
