@@ -276,9 +276,11 @@ class Ledger:
         else:
             for holder in holders:
                 (accounts.get(holder) or _opened(accounts, holder, since)).energy += energy * (1 / len(holders))
-        unattributed = busy * shares.get(UNATTRIBUTED, 0.0) if reasons is not None else 0.0
-        if unattributed > 0:
-            _why(state, unattributed, reasons)
+        unattributed = 0.0
+        if reasons is not None:
+            unattributed = busy * shares.get(UNATTRIBUTED, 0.0)
+            if unattributed > 0:
+                _why(state, unattributed, reasons)
         self._share_time(hw_id, state, accounts, since, previous, t, dt, busy, shares, holders, by_owner,
                          unattributed)
 
