@@ -243,9 +243,10 @@ def test_default_serve_prints_where_it_listens_and_shows_data() -> None:
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0
     # The 7 points sent, and the default's usage processor's counters for the GPU they came
-    # from at shutdown: observed and unobserved time, each a 0 at its start and the value now.
+    # from at shutdown: observed and unobserved time, and the unattributed time of each of its
+    # two reasons, each a 0 at its start and the value now.
     printed = [int(n) for n in re.findall(r"metrics: \d+ resources?, (\d+) data points?", out)]
-    assert sum(printed) == 7 + 4, out
+    assert sum(printed) == 7 + 8, out
 
 
 async def test_workers_share_the_port_and_each_serves_its_own_metrics(tmp_path: Path) -> None:

@@ -13,6 +13,14 @@ processor attributes the idle GPU someone pays for as a node-mode one does::
 * absent: PodResources is not read (off, no socket) or has never answered;
 * a GPU in MIG mode also lists the holders of its MIG devices, as node mode does.
 
+Beside it, when the container runtime's CRI socket is read, each holding pod's uid::
+
+    gputally.k8s.podresources.uids = ["notebooks/jupyter-alice-0/6ee8558e-..."]
+
+PodResources names pods, a process's cgroup names their uid: the runtime joins the two on the
+node, so a gateway accounts a pod's allocation and its processes as one pod while the API
+server is unreachable. A pod the runtime did not list is left out (named without a uid).
+
 The reading is the shared kubelet library's (:mod:`gputally.kubelet`: the gRPC ``List``, the
 device id forms and the GPU resource names), which a node-mode ``k8s`` processor uses too, so
 the probe and the processor agree on every device. Asking
@@ -31,24 +39,29 @@ from pathlib import Path
 
 from gputally.errors import ConfigError
 from gputally.kubelet import (
+    DEFAULT_CRI_SOCKETS,
     DEFAULT_RESOURCE_NAMES,
+    CriClient,
     DEFAULT_SOCKET,
     DeviceMap,
     PodResourcesClient,
     Problems,
     ResourceMatcher,
     device_key,
+    find_socket,
     resource_keys,
 )
-from gputally.kubelet.semconv import HW_PARENT, PODRESOURCES_HOLDERS
+from gputally.kubelet.semconv import HW_PARENT, PODRESOURCES_HOLDERS, PODRESOURCES_UIDS
 from gputally.probes.core.model import Entity
 
-__all__ = ["HOLDERS", "PodAllocations", "from_options"]
+__all__ = ["HOLDERS", "UIDS", "PodAllocations", "from_options"]
 
 log = logging.getLogger(__name__)
 
 HOLDERS = PODRESOURCES_HOLDERS
 """The resource attribute: ``gputally.k8s.podresources.holders``."""
+UIDS = PODRESOURCES_UIDS
+"""The resource attribute: ``gputally.k8s.podresources.uids``."""
 _DEVICE_KINDS = ("gpu", "mig")
 _SOURCE = "podresources"
 
@@ -63,16 +76,20 @@ class PodAllocations:
         refresh_s: float = 10.0,
         timeout_s: float = 1.0,
         resource_names: Sequence[str] = DEFAULT_RESOURCE_NAMES,
+        cri: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``refresh_s``: least time between two ``List`` calls; ``timeout_s``: the most one may
-        take (it runs beside the collection, so a cycle is never held up longer)."""
+        take (it runs beside the collection, so a cycle is never held up longer); ``cri``: the
+        container runtime's socket, asked alike, for the holders' uids (None: not asked)."""
         self.socket = socket
         self.problems = Problems(name="probe")
         self._client = PodResourcesClient(
             socket, matcher=ResourceMatcher(resource_names), refresh_interval=refresh_s, timeout=timeout_s,
             problems=self.problems,
         )
+        self._cri = (CriClient(cri, refresh_interval=refresh_s, timeout=timeout_s, problems=self.problems)
+                     if cri is not None else None)
         self._refresh_s = refresh_s
         self._timeout_s = timeout_s
         self._clock = clock
@@ -99,9 +116,12 @@ class PodAllocations:
             return
         self._due = now + self._refresh_s
         try:
-            await asyncio.wait_for(self._client.refresh(), timeout=2 * self._timeout_s)
+            calls = [self._client.refresh()] + ([self._cri.refresh()] if self._cri is not None else [])
+            await asyncio.wait_for(asyncio.gather(*calls), timeout=2 * self._timeout_s)
         except TimeoutError:
             await self._client.close()
+            if self._cri is not None:
+                await self._cri.close()
             self.problems.report(_SOURCE, "stalled", f"pod-resources List on {self.socket} stalled; "
                                  f"{'keeping the last allocations' if self.devices else 'GPUs sent without holders'}")
         except Exception:  # a bug must not stop the probe: logged once per spell
@@ -130,18 +150,26 @@ class PodAllocations:
             parent = entity.attributes.get(HW_PARENT)
             if isinstance(parent, str) and parent:
                 children.setdefault(device_key(parent), []).extend(keys)
+        directory = self._cri.directory if self._cri is not None else None
         for entity, keys in keyed:
             mig = children.get(keys[0]) if keys else None
             holders = devices.holders((*keys, *mig) if mig else keys)
             entity.attributes[HOLDERS] = tuple(sorted(h.hint() for h in holders))
+            if directory is not None:
+                pods = {(h.namespace, h.pod) for h in holders}
+                entity.attributes[UIDS] = tuple(sorted(
+                    f"{ns}/{name}/{uid}" for ns, name in pods if (uid := directory.uid_of(ns, name))))
 
     async def close(self) -> None:
         await self._client.close()
+        if self._cri is not None:
+            await self._cri.close()
 
 
-def from_options(socket: str | None, refresh: str) -> PodAllocations | None:
-    """The probe's ``--pod-resources SOCKET`` (None: the kubelet's socket if it exists; ``off``)
-    and ``--pod-resources-refresh``; None when PodResources is not to be read."""
+def from_options(socket: str | None, refresh: str, *, cri: str | None = None) -> PodAllocations | None:
+    """The probe's ``--pod-resources SOCKET`` (None: the kubelet's socket if it exists; ``off``),
+    ``--pod-resources-refresh`` and ``--cri SOCKET`` (None: containerd's or CRI-O's socket if one
+    exists; ``off``); None when PodResources is not to be read."""
     from gputally.config.types import parse_duration
 
     try:
@@ -157,5 +185,18 @@ def from_options(socket: str | None, refresh: str) -> PodAllocations | None:
             log.info("pod-resources: no kubelet socket at %s; GPUs are sent without holders "
                      "(--pod-resources SOCKET names another)", DEFAULT_SOCKET)
             return None
-        return PodAllocations(DEFAULT_SOCKET, refresh_s=refresh_s)
-    return PodAllocations(Path(socket), refresh_s=refresh_s)
+        return PodAllocations(DEFAULT_SOCKET, refresh_s=refresh_s, cri=_runtime_socket(cri))
+    return PodAllocations(Path(socket), refresh_s=refresh_s, cri=_runtime_socket(cri))
+
+
+def _runtime_socket(cri: str | None) -> Path | None:
+    """``--cri``: a named socket, ``off``, or (None) the first runtime socket that exists."""
+    if cri == "off":
+        return None
+    if cri is not None:
+        return Path(cri)
+    found = find_socket()
+    if found is None:
+        log.info("cri: no container runtime socket at %s; holders are sent without uids (--cri SOCKET names one)",
+                 ", ".join(str(p) for p in DEFAULT_CRI_SOCKETS))
+    return found

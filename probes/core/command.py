@@ -95,6 +95,12 @@ def add_probe_arguments(parser: argparse.ArgumentParser, *, source: str) -> None
         "--pod-resources-refresh", default="10s", metavar="DURATION",
         help="least time between two PodResources calls (default 10s)",
     )
+    parser.add_argument(
+        "--cri", metavar="SOCKET",
+        help="the container runtime's CRI socket: each GPU's holders then carry their pod uids "
+             "(gputally.k8s.podresources.uids), so pods are named on the node without the API server; "
+             "'off' never asks (default: containerd's or CRI-O's socket, if one exists)",
+    )
     parser.add_argument("--log-level", choices=("debug", "info", "warn", "error"), default="info")
 
 
@@ -165,7 +171,7 @@ async def run_collector(args: argparse.Namespace, interval: float, collector: Co
     from gputally.probes.core.runner import ProbeOptions, Runner
     from gputally.telemetry import SelfTelemetry
 
-    allocations = from_options(args.pod_resources, args.pod_resources_refresh)
+    allocations = from_options(args.pod_resources, args.pod_resources_refresh, cri=args.cri)
     telemetry = SelfTelemetry()
     exporter = None
     diagnose = None

@@ -86,7 +86,8 @@ class AttributeBuilder:
         self.node_name = node_name
         self._max = max_cached
         self._identity: dict[tuple[str, ...], Encoded] = {}
-        self._shared: dict[tuple[Holder, ...], tuple[tuple[PodInfo | None, ...], Encoded]] = {}
+        self._shared: dict[tuple[tuple[Holder, ...], tuple[str | None, ...]],
+                           tuple[tuple[PodInfo | None, ...], Encoded]] = {}
         self.none = Encoded.of([(semconv.ATTRIBUTION, "none")])
 
     def invalidate(self) -> None:
@@ -125,6 +126,7 @@ class AttributeBuilder:
         attributes.extend(self._node_attributes(pod.node or self.node_name or ""))
         if source == "podresources":
             attributes.append((semconv.PODS, [f"{pod.namespace}/{pod.name}"]))
+            attributes.append((semconv.POD_UIDS, [f"{pod.namespace}/{pod.name}/{pod.uid}"]))
         attributes.append((semconv.ATTRIBUTION, source))
         encoded = Encoded.of(attributes)
         pod.blobs[key] = encoded  # dropped when an owner lookup or a node read completes
@@ -159,6 +161,7 @@ class AttributeBuilder:
         attributes.extend(self._node_attributes(self.node_name or ""))
         if namespace and pod_name and source == "podresources":
             attributes.append((semconv.PODS, [f"{namespace}/{pod_name}"]))
+            attributes.append((semconv.POD_UIDS, [f"{namespace}/{pod_name}/{pod_uid or ''}"]))
         attributes.append((semconv.ATTRIBUTION, source))
         encoded = Encoded.of(attributes)
         if len(self._identity) >= self._max:
@@ -166,18 +169,23 @@ class AttributeBuilder:
         self._identity[key] = encoded
         return encoded
 
-    def shared(self, holders: tuple[Holder, ...], pods: tuple[PodInfo | None, ...]) -> Encoded:
+    def shared(self, holders: tuple[Holder, ...], pods: tuple[PodInfo | None, ...],
+               uids: tuple[str | None, ...] = ()) -> Encoded:
         """A device several pods hold: the list of them, never one picked from it.
 
-        ``pods`` are the store's entries for the distinct (namespace, pod) of ``holders`` (None
-        where unknown); the cache entry is valid while those entries are the same objects.
+        ``pods`` are the store's entries for the distinct (namespace, pod) of ``holders``, in
+        sorted order (None where unknown), ``uids`` their uids where known; the cache entry is
+        valid while those entries are the same objects.
         """
-        cached = self._shared.get(holders)
+        key = (holders, uids)
+        cached = self._shared.get(key)
         if cached is not None and all(a is b for a, b in zip(cached[0], pods, strict=True)):
             return cached[1]
         names = sorted({f"{h.namespace}/{h.pod}" for h in holders})
         namespaces = {h.namespace for h in holders}
         attributes: list[tuple[str, Value]] = [(semconv.PODS, names)]
+        if len(uids) == len(names):
+            attributes.append((semconv.POD_UIDS, [f"{name}/{uid or ''}" for name, uid in zip(names, uids, strict=True)]))
         if len(namespaces) == 1:
             attributes.append((semconv.NAMESPACE_NAME, next(iter(namespaces))))
         # Node mode: this node. Gateway mode: the node of the pods (a device's pods share its node).
@@ -187,5 +195,5 @@ class AttributeBuilder:
         encoded = Encoded.of(attributes)
         if len(self._shared) >= self._max:
             self._shared.clear()
-        self._shared[holders] = (pods, encoded)
+        self._shared[key] = (pods, encoded)
         return encoded

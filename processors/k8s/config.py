@@ -21,9 +21,10 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from gputally.config.types import Duration, Strict
-from gputally.kubelet import DEFAULT_RESOURCE_NAMES, DEFAULT_SOCKET
+from gputally.kubelet import DEFAULT_RESOURCE_NAMES, DEFAULT_SOCKET, find_socket
 
 __all__ = [
+    "CriConfig",
     "ExtractConfig",
     "K8sConfig",
     "PodResourcesConfig",
@@ -57,6 +58,24 @@ class PodResourcesConfig(Strict):
                 raise ValueError(f"{name!r} is not a resource name or pattern")
             fnmatch.translate(name)
         return names
+
+
+class CriConfig(Strict):
+    """``cri``: pod identity from the container runtime on the node (``ListPodSandbox``,
+    ``ListContainers``), so processes (cgroup: pod uid, container id) and allocations
+    (PodResources: namespace, pod, container) are named alike while the API server is
+    unreachable or has not shown a pod yet."""
+
+    enabled: bool | None = None
+    """Ask the runtime at all. Default: on in ``node`` mode when a socket is found, off in
+    ``gateway`` mode (there the probes' ``gputally.k8s.podresources.uids`` hint is used)."""
+    socket: Path | None = None
+    """The runtime's CRI socket. Default: the first that exists of
+    ``/run/containerd/containerd.sock``, ``/var/run/crio/crio.sock``, ``/run/crio/crio.sock``."""
+    refresh_interval: Duration = Field(10.0, gt=0)
+    """How often the runtime is asked."""
+    timeout: Duration = Field(5.0, gt=0)
+    """Deadline of one call."""
 
 
 class ExtractConfig(Strict):
@@ -102,6 +121,7 @@ class K8sConfig(Strict):
     a process sent without ``process.linux.cgroup`` has its cgroup read from here. Off by
     default: in a container without the host's pid namespace, a pid names another process."""
     pod_resources: PodResourcesConfig = PodResourcesConfig()
+    cri: CriConfig = CriConfig()
     extract: ExtractConfig = ExtractConfig()
     owner_lookups: bool = True
     """Resolve ReplicaSet -> Deployment and Job -> CronJob with ``get`` (RBAC: get replicasets, jobs)."""
@@ -118,6 +138,15 @@ class K8sConfig(Strict):
     def pod_resources_enabled(self) -> bool:
         enabled = self.pod_resources.enabled
         return self.mode == "node" if enabled is None else enabled
+
+    def cri_socket(self) -> Path | None:
+        """The CRI socket to read, or None (off, or no socket found where runtimes serve it)."""
+        enabled = self.cri.enabled
+        if enabled is False or (enabled is None and self.mode != "node"):
+            return None
+        if self.cri.socket is not None:
+            return self.cri.socket
+        return find_socket()
 
     def node_name_in(self, environ: Mapping[str, str]) -> str | None:
         """``node_name``, else ``K8S_NODE_NAME`` from ``environ``; ValueError in node mode

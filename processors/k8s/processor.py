@@ -50,6 +50,7 @@ _READ = frozenset({
     semconv.HW_ID, semconv.HW_NAME, semconv.HW_PARENT, *semconv.GPU_INDEX, *semconv.GPU_PCI_BUS_ID,
     semconv.MIG_GPU_INSTANCE, semconv.MIG_COMPUTE_INSTANCE,
     semconv.PROCESS_PID, semconv.PROCESS_CGROUP, semconv.PROCESS_START, semconv.PODRESOURCES_HOLDERS,
+    semconv.PODRESOURCES_UIDS,
 })
 _DECISIONS_LIMIT = 16384
 
@@ -105,6 +106,13 @@ def _by_cgroup(runtime: K8sRuntime, uid: str, cid: str | None) -> Outcome:
         if pod is not None:
             container = pod.container_name(cid)
             return runtime.builder.pod(pod, container=container, container_id=cid, source="cgroup"), "cgroup"
+    known = runtime.directory.pod(uid) if runtime.directory is not None else None
+    if known is not None:  # the container runtime on the node names it: the API server is not needed
+        assert runtime.directory is not None
+        return runtime.builder.identity(
+            source="cgroup", pod_uid=uid, container_id=cid, namespace=known.namespace, pod_name=known.name,
+            container=runtime.directory.container_name(cid),
+        ), "cgroup"
     return runtime.builder.identity(source="cgroup", pod_uid=uid, container_id=cid), "cgroup"
 
 
@@ -143,12 +151,24 @@ class _Pid(_Decision):
         return runtime.builder.none, "none"
 
 
-def _by_holders(runtime: K8sRuntime, holders: tuple[Holder, ...]) -> Outcome:
+def _by_holders(runtime: K8sRuntime, holders: tuple[Holder, ...], uids: Uids = ()) -> Outcome:
     """A device's attribution from the containers holding it (sorted, no duplicates): the one
-    code path of node mode (its own PodResources answer) and gateway mode (the probe's hint)."""
+    code path of node mode (its own PodResources answer) and gateway mode (the probe's hint).
+
+    A holder's uid comes from the API server's pod, else from the node: the probe's
+    ``gputally.k8s.podresources.uids`` hint (``uids``), or this processor's own CRI answer."""
     if not holders:
         return runtime.builder.none, "none"
     store = runtime.store
+    directory = runtime.directory
+    hinted = dict(uids)
+
+    def uid_of(namespace: str, name: str) -> str | None:
+        found = hinted.get((namespace, name))
+        if found is None and directory is not None:
+            found = directory.uid_of(namespace, name)
+        return found
+
     pods = sorted({(h.namespace, h.pod) for h in holders})
     if len(pods) == 1:
         namespace, name = pods[0]
@@ -161,11 +181,17 @@ def _by_holders(runtime: K8sRuntime, holders: tuple[Holder, ...]) -> Outcome:
             )
         else:
             encoded = runtime.builder.identity(
-                source="podresources", namespace=namespace, pod_name=name, container=container
+                source="podresources", namespace=namespace, pod_name=name, container=container,
+                pod_uid=uid_of(namespace, name),
             )
         return encoded, "podresources"
     entries = tuple(store.by_name(ns, n) if store.synced else None for ns, n in pods)
-    return runtime.builder.shared(holders, entries), "podresources"
+    known = tuple(p.uid if p is not None else uid_of(ns, n) for p, (ns, n) in zip(entries, pods, strict=True))
+    return runtime.builder.shared(holders, entries, known), "podresources"
+
+
+Uids = tuple[tuple[tuple[str, str], str], ...]
+"""((namespace, pod), uid) for the holders the node named (the probe's uids hint)."""
 
 
 class _Device(_Decision):
@@ -195,14 +221,15 @@ class _Hinted(_Decision):
 
     The probe already added a MIG parent's tenants to the parent's hint."""
 
-    __slots__ = ("holders",)
+    __slots__ = ("holders", "uids")
 
-    def __init__(self, existing: frozenset[str], holders: tuple[Holder, ...]) -> None:
+    def __init__(self, existing: frozenset[str], holders: tuple[Holder, ...], uids: Uids) -> None:
         super().__init__(existing)
         self.holders = holders
+        self.uids = uids
 
     def resolve(self, runtime: K8sRuntime) -> Outcome:
-        return _by_holders(runtime, self.holders)
+        return _by_holders(runtime, self.holders, self.uids)
 
 
 def _hinted_holders(hint: tuple[str, ...]) -> tuple[Holder, ...] | None:
@@ -211,6 +238,18 @@ def _hinted_holders(hint: tuple[str, ...]) -> tuple[Holder, ...] | None:
     if hint and not holders:
         return None
     return tuple(sorted(holders))
+
+
+def _hinted_uids(hint: Any) -> Uids:
+    """``namespace/pod/uid`` entries of the uids hint; malformed ones are skipped."""
+    if not isinstance(hint, tuple):
+        return ()
+    found = {}
+    for entry in hint:
+        parts = entry.split("/")
+        if len(parts) == 3 and all(parts):
+            found[(parts[0], parts[1])] = parts[2]
+    return tuple(sorted(found.items()))
 
 
 def _value(any_value: Any) -> Any:
@@ -312,7 +351,7 @@ class K8sProcessor(RuntimeProcessor[K8sRuntime]):
         if isinstance(hint, tuple):
             holders = _hinted_holders(hint)
             if holders is not None:
-                return _Hinted(held, holders)
+                return _Hinted(held, holders, _hinted_uids(hints.get(semconv.PODRESOURCES_UIDS)))
         return _Skip(held)
 
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gputally.kubelet.cri import CriClient, PodDirectory
 from gputally.kubelet.devices import ResourceMatcher
 from gputally.kubelet.health import Problems
 from gputally.kubelet.podresources import PodResourcesClient
@@ -108,6 +109,13 @@ class K8sRuntime:
             if config.pod_resources_enabled()
             else None
         )
+        cri_socket = config.cri_socket()
+        self.cri = (
+            CriClient(cri_socket, refresh_interval=config.cri.refresh_interval, timeout=config.cri.timeout,
+                      problems=self.problems, on_changed=self.bump)
+            if cri_socket is not None
+            else None
+        )
         self.proc = ProcCgroups(config.proc_root, problems=self.problems) if config.proc_root is not None else None
         self.mig_children: dict[str, set[str]] = {}
         """GPU key -> keys of its MIG devices, learned from the probe's MIG resources (``hw.parent``)."""
@@ -131,15 +139,18 @@ class K8sRuntime:
         ]
         if self.podresources is not None:
             tasks.append((self.podresources.run(), "podresources"))
+        if self.cri is not None:
+            tasks.append((self.cri.run(), "cri"))
         if self.proc is not None:
             tasks.append((self.proc.run(), "proc"))
         if self.node_name:
             self.nodes.want(self.node_name)
         self._tasks = [supervised(coro, name=f"{self.name}/{what}") for coro, what in tasks]
         log.info(
-            "%s: started in %s mode%s; pod-resources %s; proc %s", self.name, self.config.mode,
+            "%s: started in %s mode%s; pod-resources %s; cri %s; proc %s", self.name, self.config.mode,
             f" for node {self.node_name}" if self.node_name else "",
             self.podresources.socket if self.podresources else "off",
+            self.cri.socket if self.cri else "off",
             self.proc.root if self.proc else "off",
         )
 
@@ -161,6 +172,11 @@ class K8sRuntime:
         if self._api is not None:
             api, self._api = self._api, None
             api.close()
+
+    @property
+    def directory(self) -> PodDirectory | None:
+        """The container runtime's last answer (node mode with ``cri``), else None."""
+        return self.cri.directory if self.cri is not None else None
 
     # --- the API client, shared by the reflector and the lookups -----------------------------
 

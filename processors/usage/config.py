@@ -24,12 +24,30 @@ class OwnerRule(Strict):
     key: list[str] = Field(min_length=1)
     """Attributes that together identify the owner; all must be present. Their values joined
     with ``/`` are ``gputally.usage.owner.id``."""
+    fallback_key: list[str] = Field(default_factory=list)
+    """Attributes that name the owner when a ``key`` attribute is missing (a pod whose uid
+    nobody on the node knew: by namespace and name). Its counters then are another owner's
+    than the ones keyed by ``key``; empty: no fallback."""
     list_key: str | None = None
-    """An array attribute on a GPU whose every element names one owner as the ``key`` values
-    joined with ``/`` (``gputally.k8s.pods`` = ``[namespace/pod, ...]`` on a shared GPU)."""
+    """An array attribute on a GPU whose every element names one owner: the ``list_fields``
+    values joined with ``/`` (``gputally.k8s.pod.uids`` = ``[namespace/pod/uid, ...]`` on a
+    shared GPU). The owner is named by the ``key`` values among them, else by ``fallback_key``."""
+    list_fields: list[str] = Field(default_factory=list)
+    """The attributes each ``list_key`` element holds, in order (split on the first ``len - 1``
+    slashes); they are carried onto the owner's counters. Default: ``key``."""
     carry: list[str] = Field(default_factory=list)
     """Attributes copied onto the owner's counters when present (glob patterns allowed:
     ``k8s.pod.label.*``), so queries can group by them."""
+
+    @model_validator(mode="after")
+    def _fields(self) -> OwnerRule:
+        if self.list_fields and self.list_key is None:
+            raise ValueError("list_fields needs list_key")
+        fields = self.list_fields or self.key
+        named = set(self.key) <= set(fields) or bool(self.fallback_key and set(self.fallback_key) <= set(fields))
+        if self.list_key is not None and not named:
+            raise ValueError("list_fields must hold the key (or the fallback_key) attributes")
+        return self
 
     @field_validator("carry")
     @classmethod
@@ -52,16 +70,19 @@ DEFAULT_OWNERS: tuple[OwnerRule, ...] = (
     ),
     OwnerRule(
         kind="k8s.pod",
-        key=["k8s.namespace.name", "k8s.pod.name"],
-        list_key="gputally.k8s.pods",
+        key=["k8s.pod.uid"],
+        fallback_key=["k8s.namespace.name", "k8s.pod.name"],
+        list_key="gputally.k8s.pod.uids",
+        list_fields=["k8s.namespace.name", "k8s.pod.name", "k8s.pod.uid"],
         carry=[
-            "k8s.pod.uid", "k8s.node.name", "gputally.k8s.owner.kind", "gputally.k8s.owner.name",
+            "k8s.namespace.name", "k8s.pod.name", "k8s.node.name", "gputally.k8s.owner.kind", "gputally.k8s.owner.name",
             "k8s.deployment.name", "k8s.statefulset.name", "k8s.job.name", "k8s.cronjob.name",
             "k8s.daemonset.name", "k8s.pod.label.*",
         ],
     ),
 )
-"""A Slurm job first (a job's process in a pod is the job's), else a Kubernetes pod."""
+"""A Slurm job first (a job's process in a pod is the job's), else a Kubernetes pod, keyed by its
+uid (which the node knows: the cgroup, the container runtime), its names carried."""
 
 
 class PriceRule(Strict):

@@ -11,6 +11,7 @@ its observed time, and the events as log records on the owner's resource.
 | ``gputally.usage.memory.peak`` | By | gauge | most GPU memory the owner's processes held on the GPU |
 | ``gputally.usage.observed.time`` | s | counter | per GPU: time integrated (the owners' allocated time adds up to it) |
 | ``gputally.usage.unobserved.time`` | s | counter | per GPU: gaps longer than ``max_gap``, not integrated |
+| ``gputally.usage.unattributed.time`` | s | counter | per GPU and ``gputally.usage.unattributed.reason``: busy time of processes no rule named |
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ from gputally import __version__
 from gputally.otlp.values import set_any_value, set_attributes
 
 from .ledger import Account, Device, Event, Ledger
-from .owners import Owner
+from .owners import REASONS, Owner
 
 __all__ = ["SCOPE", "MetricsEmitter", "logs_request"]
 
 SCOPE = "gputally.processors.usage"
 CURRENCY = "gputally.usage.currency"
+REASON = "gputally.usage.unattributed.reason"
 _CUMULATIVE = metrics_pb2.AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
 _SEVERITY = {"INFO": 9, "WARN": 13}
 
@@ -101,6 +103,7 @@ class MetricsEmitter:
                 _sum(scope, "gputally.usage.observed.time", "s", device.start_ns, now_ns, device.observed, zero=zero)
                 _sum(scope, "gputally.usage.unobserved.time", "s", device.start_ns, now_ns, device.unobserved,
                      zero=zero)
+                _unattributed(scope, device, now_ns, zero=zero)
             device.announced = True
             for owner in sorted(device.accounts, key=lambda o: (o.kind, o.id)):
                 account = device.accounts[owner]
@@ -144,6 +147,23 @@ class MetricsEmitter:
             set_attributes(point.attributes, [(CURRENCY, currency)])
         peak = scope.metrics.add(name="gputally.usage.memory.peak", unit="By")
         peak.gauge.data_points.add(time_unix_nano=now_ns, as_double=account.peak_memory)
+
+
+def _unattributed(scope: Any, device: Device, now_ns: int, *, zero: bool) -> None:
+    """The GPU's unattributed busy time, one point per reason (each from the GPU's start, so a
+    reason first seen late is an increase like any other)."""
+    metric = scope.metrics.add(name="gputally.usage.unattributed.time", unit="s")
+    metric.sum.aggregation_temporality = _CUMULATIVE
+    metric.sum.is_monotonic = True
+    start = device.start_ns
+    for reason in REASONS:
+        points = []
+        if zero and start < now_ns:
+            points.append(metric.sum.data_points.add(start_time_unix_nano=start, time_unix_nano=start, as_double=0.0))
+        points.append(metric.sum.data_points.add(start_time_unix_nano=start, time_unix_nano=now_ns,
+                                                 as_double=device.unattributed.get(reason, 0.0)))
+        for point in points:
+            set_attributes(point.attributes, [(REASON, reason)])
 
 
 def logs_request(events: Sequence[Event], observed_ns: int) -> ExportLogsServiceRequest:

@@ -29,7 +29,7 @@ from typing import Any
 
 from .config import UsageConfig
 from .observe import DeviceReading, Observation, ProcessReading, Sample
-from .owners import UNALLOCATED, Named, Owner, Value
+from .owners import UNALLOCATED, UNATTRIBUTED, Named, Owner, Value
 
 __all__ = ["OWNER_ID", "OWNER_KIND", "Account", "Device", "Event", "Ledger", "OwnerState"]
 
@@ -58,6 +58,9 @@ class Account:
     """Sample time the current idle spell began (None: not idle)."""
     idle_kind: str = ""
     warned: bool = False
+    unattributed: float = 0.0
+    """Busy time on the GPU that no rule attributed, while the owner held it or ran on it: its
+    own share of it may be in there, so its idle spells and summary notes leave that time out."""
     announced: bool = False
     """Its counters have been sent once (with their 0 at the start time)."""
 
@@ -83,6 +86,9 @@ class Device:
     limit: float | None = None
     observed: float = 0.0
     unobserved: float = 0.0
+    unattributed: dict[str, float] = field(default_factory=dict)
+    """Busy time of processes no rule named, by why (`owners.REASONS`): the GPU's work that
+    could not be attributed."""
     announced: bool = False
     accounts: dict[Owner, Account] = field(default_factory=dict)
     pending: dict[int, Sample] = field(default_factory=dict)
@@ -215,8 +221,15 @@ class Ledger:
         else:
             holders = [see(named, hw_id, t) for named in allocation]
         by_owner: dict[Owner, list[float]] = {}  # owner -> [utilization sum, memory sum]
+        reasons: dict[str, list[float]] | None = None  # why unattributed -> [utilization sum, processes]
         for process in sample.processes.values():
             owner = see(process.owner, hw_id, t)
+            if process.reason:
+                if reasons is None:
+                    reasons = {}
+                counted = reasons.setdefault(process.reason, [0.0, 0.0])
+                counted[0] += process.utilization or 0.0
+                counted[1] += 1
             totals = by_owner.get(owner)
             if totals is None:
                 by_owner[owner] = [process.utilization or 0.0, process.memory or 0.0]
@@ -263,13 +276,22 @@ class Ledger:
         else:
             for holder in holders:
                 (accounts.get(holder) or _opened(accounts, holder, since)).energy += energy * (1 / len(holders))
-        self._share_time(hw_id, state, accounts, since, previous, t, dt, busy, shares, holders, by_owner)
+        unattributed = 0.0
+        if reasons is not None:
+            unattributed = busy * shares.get(UNATTRIBUTED, 0.0)
+            if unattributed > 0:
+                _why(state, unattributed, reasons)
+        self._share_time(hw_id, state, accounts, since, previous, t, dt, busy, shares, holders, by_owner,
+                         unattributed)
 
     def _share_time(
         self, hw_id: str, state: Device, accounts: dict[Owner, Account], since: int, previous: int, t: int,
         dt: float, busy: float, shares: dict[Owner, float], holders: list[Owner], by_owner: dict[Owner, list[float]],
+        unattributed: float = 0.0,
     ) -> None:
-        """Allocated, present and idle time, and the idle spells they start or end."""
+        """Allocated, present and idle time, and the idle spells they start or end. While the
+        GPU shows work no rule attributed (``unattributed`` busy seconds), nobody on it is in an
+        idle spell: that work may be theirs."""
         idle_below = self.config.idle_below
         per = dt / len(holders)
         judged: list[Owner] = []
@@ -284,6 +306,9 @@ class Ledger:
             idle = busy * shares.get(holder, 0.0) / per < idle_below
             if idle:
                 account.idle += per
+            if unattributed > 0:
+                account.unattributed += unattributed
+                idle = False
             if idle or account.idle_since is not None:
                 self._spell(hw_id, state, holder, account, previous, t, idle, "allocated")
             judged.append(holder)
@@ -294,6 +319,9 @@ class Ledger:
             account.present += dt
             if memory > 0:
                 idle = busy * shares.get(owner, 0.0) / dt < idle_below
+                if unattributed > 0 and owner is not UNATTRIBUTED:
+                    account.unattributed += unattributed
+                    idle = False
                 if idle or account.idle_since is not None:
                     self._spell(hw_id, state, owner, account, previous, t, idle, "holding")
                 judged.append(owner)
@@ -430,10 +458,13 @@ class Ledger:
         gpus = held or [(h, d, a) for h, d, a in rows if a.present > 0]
         mean = busy / (allocated or present) if (allocated or present) else 0.0
         peak_row = max(rows, key=lambda r: r[2].peak_memory, default=None)
+        unattributed = sum(a.unattributed for _, _, a in rows)
         notes: list[str] = []
-        if held and len(used) < len(held):
+        if unattributed > 0:  # some of that work may be its own: it is not called idle
+            notes.append(f"{unattributed / 3600:.3f} GPU-h of work on its GPUs could not be attributed")
+        elif held and len(used) < len(held):
             notes.append(f"used {len(used)} of {len(held)} allocated GPUs")
-        if gpus and mean < thresholds.low_utilization:
+        if gpus and mean < thresholds.low_utilization and not unattributed:
             notes.append(f"mean utilization {mean * 100:.0f} % on {len(gpus)} GPU{'s' if len(gpus) != 1 else ''}")
         if peak_row is not None and peak_row[1].limit and peak_row[2].peak_memory / peak_row[1].limit < thresholds.low_memory:
             notes.append(f"peak memory {peak_row[2].peak_memory / _GIB:.0f} GiB of {peak_row[1].limit / _GIB:.0f} GiB")
@@ -446,6 +477,7 @@ class Ledger:
             "busy_gpu_hours": busy / 3600,
             "mean_utilization": mean,
             "idle_share": idle / allocated if allocated else 0.0,
+            "unattributed_gpu_hours": unattributed / 3600,
             "peak_memory_bytes": int(peak_row[2].peak_memory) if peak_row else 0,
             "energy_kwh": energy / 3.6e6,
             "cost": cost,
@@ -473,6 +505,15 @@ class Ledger:
     def drain_events(self) -> list[Event]:
         events, self.events = self.events, []
         return events
+
+
+def _why(state: Device, unattributed: float, reasons: dict[str, list[float]]) -> None:
+    """Split the GPU's unattributed busy seconds among the reasons, by their processes'
+    utilization (by their number when none reports one)."""
+    weight = 0 if sum(u for u, _ in reasons.values()) > 0 else 1
+    total = sum(counted[weight] for counted in reasons.values())
+    for reason, counted in reasons.items():
+        state.unattributed[reason] = state.unattributed.get(reason, 0.0) + unattributed * counted[weight] / total
 
 
 def _opened(accounts: dict[Owner, Account], owner: Owner, since: int) -> Account:

@@ -22,7 +22,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from gputally.otlp.shapes import Shapes
 
 from .layout import Layout, Slot, Wants, build
-from .owners import UNATTRIBUTED, Named, OwnerRules, Value
+from .owners import UNATTRIBUTED, Named, OwnerRules, Value, unattributed_reason
 
 __all__ = ["DEVICE_KEYS", "DeviceReading", "Observer", "ProcessReading", "Sample"]
 
@@ -114,6 +114,8 @@ class ProcessReading:
     owner: Named
     utilization: float | None = None
     memory: float | None = None
+    reason: str = ""
+    """Why the owner is ``unattributed`` (`owners.REASONS`); empty for a named owner."""
 
 
 @dataclass(slots=True)
@@ -143,6 +145,8 @@ class _Decision:
     """A process's owner (``unattributed`` when no rule names it; unused for a GPU)."""
     allocation: tuple[Named, ...]
     attributes: tuple[tuple[str, Value], ...]
+    reason: str = ""
+    """A process's: why it is ``unattributed`` (empty when a rule named it)."""
 
 
 def _value(any_value: AnyValue) -> Any:
@@ -215,9 +219,9 @@ class Observer:
                         _limit(memory, values[li] * ls if li >= 0 else None, values[fi] * fs if fi >= 0 else None),
                         decision.allocation, decision.attributes)
                 readings = {}
-                for key, owner, ui, us, mi, ms in processes:
+                for key, owner, ui, us, mi, ms, reason in processes:
                     readings[key] = ProcessReading(
-                        owner, values[ui] * us if ui >= 0 else None, values[mi] * ms if mi >= 0 else None)
+                        owner, values[ui] * us if ui >= 0 else None, values[mi] * ms if mi >= 0 else None, reason)
                 yield hw_id, time_ns, reading, readings
             return
         for decision, slots in layout.entries:
@@ -245,7 +249,9 @@ class Observer:
             pid = attributes.get("process.pid")
             if isinstance(pid, int):
                 process = f"{pid}@{attributes.get('process.creation.time', '')}"
-                decision = _Decision(hw_id, process, self._rules.process_owner(attributes), (), ())
+                named = self._rules.process_owner(attributes)
+                reason = unattributed_reason(attributes) if named[0] is UNATTRIBUTED else ""
+                decision = _Decision(hw_id, process, named, (), (), reason)
             else:
                 device = tuple((k, attributes[k]) for k in DEVICE_KEYS if isinstance(attributes.get(k), str | int))
                 decision = _Decision(hw_id, None, (UNATTRIBUTED, ()), self._rules.allocation(attributes), device)
@@ -282,7 +288,7 @@ def _plan(entries: tuple[tuple[Any, tuple[Slot, ...]], ...]) -> tuple[Any, ...]:
     """Per GPU, in request order: ``(hw_id, device, processes)`` for reading an entry whose
     points share one time. ``device``: the GPU resource's decision, then value index and scale
     of utilization, energy, memory, limit and free (-1: none), or None; ``processes``: ``(key,
-    owner, utilization index and scale, memory index and scale)`` per process resource. Each
+    owner, utilization index and scale, memory index and scale, unattributed reason)`` per process resource. Each
     role's point is the one the general read keeps (:func:`_hold`); a GPU or process named by
     two resources keeps the last, as the ledger does."""
     devices: dict[str, tuple[Any, ...] | None] = {}
@@ -301,7 +307,7 @@ def _plan(entries: tuple[tuple[Any, tuple[Slot, ...]], ...]) -> tuple[Any, ...]:
             ui, us, _, _, mi, ms = roles[:6]
             gpu = processes.setdefault(decision.hw_id, {})
             gpu.pop(decision.process, None)
-            gpu[decision.process] = (decision.process, decision.owner, ui, us, mi, ms)
+            gpu[decision.process] = (decision.process, decision.owner, ui, us, mi, ms, decision.reason)
     return tuple((hw_id, device, tuple(processes.get(hw_id, {}).values())) for hw_id, device in devices.items())
 
 
@@ -311,7 +317,7 @@ _ROLES = ("utilization", "energy", "memory", "limit", "free")
 def _observation(decision: _Decision, time_ns: int, roles: dict[str, float]) -> Observation:
     if decision.process is not None:
         return decision.hw_id, time_ns, None, {decision.process: ProcessReading(
-            decision.owner, roles.get("utilization"), roles.get("memory"))}
+            decision.owner, roles.get("utilization"), roles.get("memory"), decision.reason)}
     memory = roles.get("memory")
     limit = _limit(memory, roles.get("limit"), roles.get("free"))
     return decision.hw_id, time_ns, DeviceReading(

@@ -51,7 +51,7 @@ class LedgerFile:
                 hw_id: {
                     "start_ns": d.start_ns, "attributes": list(d.attributes), "last_ns": d.last_ns,
                     "energy": d.energy, "limit": d.limit, "observed": d.observed, "unobserved": d.unobserved,
-                    "announced": d.announced,
+                    "unattributed": d.unattributed, "announced": d.announced,
                     "accounts": [[o.kind, o.id, asdict(a)] for o, a in d.accounts.items()],
                 }
                 for hw_id, d in ledger.devices.items()
@@ -87,6 +87,7 @@ class LedgerFile:
                     start_ns=int(d["start_ns"]), attributes=_pairs(d["attributes"]), last_ns=d["last_ns"],
                     energy=d["energy"], limit=d["limit"], observed=float(d["observed"]),
                     unobserved=float(d["unobserved"]), announced=bool(d.get("announced", False)),
+                    unattributed={str(k): float(v) for k, v in d.get("unattributed", {}).items()},
                 )
                 for kind, owner_id, account in d["accounts"]:
                     device.accounts[_owner([kind, owner_id])] = Account(**{k: account[k] for k in _ACCOUNT_FIELDS

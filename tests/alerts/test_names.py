@@ -121,7 +121,14 @@ def probe_and_usage_request() -> bytes:
         otlp.counter("gputally.usage.idle.time", "s", [otlp.point(590)]),
         scope="gputally.processors.usage",
     )
-    return otlp.request(gpu, usage)
+    per_gpu = otlp.resource(  # the usage processor's one resource per GPU: the GPU's attributes
+        {k: v for k, v in GPU.items() if k != "hw.type"},
+        otlp.counter("gputally.usage.unattributed.time", "s", [
+            otlp.point(v, {"gputally.usage.unattributed.reason": r}) for r, v in (("no_cgroup", 30), ("no_metadata", 0))
+        ]),
+        scope="gputally.processors.usage",
+    )
+    return otlp.request(gpu, usage, per_gpu)
 
 
 def selectors(node: Any) -> Iterator[dict[str, Any]]:

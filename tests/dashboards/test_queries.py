@@ -282,7 +282,16 @@ def test_chargeback_tables_equal_the_usage_counters(fed: Fed) -> None:
         # The constructed job's first counters went out without user and account: no unnamed row.
         assert set(found["allocated"]) == {job[label], named}, found
 
+    # Grouped by owner id (a pod's uid), shown by name: a pod's namespace/name from its counters.
+    shown = {fed.scene.trainer: f"{fed.scene.namespace}/trainer-0", fed.scene.notebook: f"{fed.scene.namespace}/jupyter-bob-0"}
+    names = run(fed, board, "By owner (job or pod)", "allocated", values, "gputally_usage_owner_id", "owner")
+    assert {o: name for o, name in names if o in want} == {o: shown.get(o, o) for o in want}, names
+
     leaders = run(fed, board, "Idle allocated GPU-hours: top 10 owners", "idle", values, "gputally_usage_owner_id")
+    legend = panel(board, "Idle allocated GPU-hours: top 10 owners")["targets"][0]["legendFormat"]
+    assert legend == "{{owner}} ({{gputally_usage_owner_kind}})"
+    assert set(run(fed, board, "Idle allocated GPU-hours: top 10 owners", "idle", values, "owner")) == \
+        {shown.get(o, o) for o in owners_of(fed, reserved=False)}
     assert set(leaders) == set(owners_of(fed, reserved=False))
     assert all(close(v * 3600, want[o]["idle"]) for o, v in leaders.items())
 
@@ -298,7 +307,7 @@ def test_chargeback_tables_equal_the_usage_counters(fed: Fed) -> None:
 
 @pytest.mark.parametrize("who", ["trainer", "job"])
 def test_every_workload_panel_returns_data_for_a_pod_and_a_job(fed: Fed, who: str) -> None:
-    owner = f"{fed.scene.namespace}/trainer-0" if who == "trainer" else str(fed.scene.job)
+    owner = fed.scene.trainer if who == "trainer" else str(fed.scene.job)  # a pod's owner id is its uid
     board = grafana.load("workload")
     values = fed.values(board, owner_kind=fed.kinds[owner], owner_id=owner)
     assert empty_targets(fed, board, values) == []
@@ -332,6 +341,8 @@ def test_every_node_panel_returns_data(fed: Fed) -> None:
     assert abs(age - (fed.at - readings(fed.scene.requests)[-1].time_ns / 1e9)) < 0.002  # ms timestamps
     holders = fed.range(grafana.substitute(grafana.targets(panel(board, "Who holds the node's GPUs"))[0]["expr"], values))
     shown = {r["metric"]["gputally_usage_owner_id"] for r in holders}
+    names = {r["metric"]["owner"] for r in holders if r["metric"]["gputally_usage_owner_id"] in fed.scene.holders}
+    assert names == {f"{fed.scene.namespace}/trainer-0", f"{fed.scene.namespace}/jupyter-bob-0"}  # the legend's
     holding = {r["metric"]["gputally_usage_owner_id"] for r in holders if any(float(v) > 0 for _, v in r["values"])}
     # Both pods, and nobody else with an allocation (the job's process and any unattributed work
     # hold none). Whether the pods' rates are above 0 depends on whether the processor emitted

@@ -180,9 +180,10 @@ async def test_gateway_attributes_every_point_once_to_its_pod_and_job(
     # notebook's, and the job, which held memory at the first reading, gets an account of zeros.
     usage = usage_at_backend(run.out)
     observed = (max(run.times) - min(run.times)) / 1e9
-    notebook_usage = usage[f"{ns}/jupyter-alice-0"]
+    notebook_usage = usage[pod.metadata.uid]  # pods are accounted by uid, named on their counters
     assert math.isclose(notebook_usage["allocated"], observed, rel_tol=1e-9)
     assert notebook_usage["attributes"]["gputally.usage.owner.kind"] == "k8s.pod"
+    assert notebook_usage["attributes"]["k8s.pod.name"] == "jupyter-alice-0"
     assert notebook_usage["attributes"]["k8s.statefulset.name"] == "jupyter-alice"
     assert notebook_usage["attributes"]["hw.id"] == RECORDED_GPU
     job_usage = usage[str(job)]

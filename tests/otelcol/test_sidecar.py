@@ -118,7 +118,7 @@ async def test_sidecar_attributes_the_gpu_and_its_processes_on_the_node(
 
     # The shipped usage processor: the notebook pays for the whole observed time of its GPU.
     usage = usage_at_backend(out)
-    notebook_usage = usage[f"{ns}/jupyter-alice-0"]
+    notebook_usage = usage[pod.metadata.uid]  # pods are accounted by uid, named on their counters
     assert math.isclose(notebook_usage["allocated"], (max(times) - min(times)) / 1e9, rel_tol=1e-9)
     assert notebook_usage["attributes"]["host.type"] == "p5en.48xlarge" and "unallocated" not in usage
 

@@ -264,3 +264,25 @@ async def test_a_hung_kubelet_holds_a_cycle_up_no_longer_than_the_timeout(
     assert hung.calls == 1
     (warning,) = warnings(caplog)
     assert "DEADLINE_EXCEEDED" in warning
+
+
+async def test_holders_carry_their_pod_uids_from_the_container_runtime(
+    kubelet: tuple[Path, Kubelet], tmp_path: Path,
+) -> None:
+    """PodResources names pods, the runtime (CRI, a stand-in on a real unix socket) gives their uids."""
+    from tests.kubelet.cri import Runtime, runtime_socket
+
+    socket, fake = kubelet
+    fake.allocate("team-a", "a", "main", "nvidia.com/gpu.shared", f"{GPU_UUID}::0")
+    fake.allocate("team-b", "b", "main", "nvidia.com/gpu.shared", f"{GPU_UUID}::1")
+    runtime = Runtime()
+    runtime.run_pod("team-a", "a", "uid-a", containers={"main": "c-a"})  # b is not listed: no uid for it
+    async with runtime_socket(tmp_path, runtime) as cri:
+        probe = PodAllocations(socket, cri=cri)
+        try:
+            (gpu,) = [e for e in await decorated(probe, ReplaySource(recording())) if e.kind == "gpu"]
+        finally:
+            await probe.close()
+    assert gpu.attributes[allocations.UIDS] == ("team-a/a/uid-a",)
+    assert gpu.attributes[HOLDERS] == ("team-a/a/main/nvidia.com/gpu.shared", "team-b/b/main/nvidia.com/gpu.shared")
+    assert build_parser().parse_args(["probe", "nvml", "--replay", str(TWO_WORKLOADS), "--cri", "off"]).cri == "off"

@@ -161,16 +161,37 @@ def test_idle_capacity_is_its_own_row_and_a_missing_memory_size_is_a_question_ma
     assert "3.0/80.0" in text.out and "peak memory 3.0 GiB of 80 GiB: a smaller MIG profile would do" in text.out
 
 
-def test_long_names_are_shortened_in_the_middle_to_fit_80_columns(prom: Prometheus) -> None:
+def test_long_names_are_never_cut(prom: Prometheus) -> None:
+    """A name or id cut in the middle names nobody: the table grows wider instead."""
     name = "a-very-long-inference-deployment-name-7f9c8d6b5-xk2lp"
     labels = {"k8s.namespace.name": "team-with-a-long-name", "k8s.pod.name": name}
     emit(prom, 0, ("k8s.pod", f"team-with-a-long-name/{name}"), 0, start=at(0), hw_id="GPU-long", labels=labels)
     emit(prom, 2, ("k8s.pod", f"team-with-a-long-name/{name}"), 120, start=at(0), hw_id="GPU-long", labels=labels)
     result = report("--prometheus", prom.url, "--since", "1h", "--by", "pod")
     assert result.code == 0
-    assert all(len(line) <= 80 for line in result.out.splitlines()), result.out
     line = next(line for line in result.out.splitlines() if line.startswith("team-with"))
-    assert "…" in line and line.split()[0].endswith("-xk2lp")
+    assert "…" not in result.out and line.split()[0] == f"team-with-a-long-name/{name}"
     assert float(line.split()[1]) == pytest.approx(120 / 3600, abs=0.001)
+    lines = result.out.splitlines()
+    header = next(i for i, line_ in enumerate(lines) if line_.startswith("pod "))
+    assert len({len(line_) for line_ in lines[header:header + 3]}) == 1  # the columns still line up
     csv_text = report("--prometheus", prom.url, "--since", "1h", "--by", "pod", "--format", "csv").out
     assert f"team-with-a-long-name,{name}," in csv_text  # scripts get the whole name
+
+
+def test_a_job_on_a_gpu_nobody_held_is_not_said_to_be_on_others(prom: Prometheus) -> None:
+    """The job's process ran on GPU-free, which nobody held (its time is ``unallocated``), and on
+    GPU-held, which a pod held: only that one is others'."""
+    for hw_id, holder in (("GPU-free", ("unallocated", "unallocated")), ("GPU-held", ("k8s.pod", "uid-held"))):
+        base = {"service.name": "gputally", "service.instance.id": "gw-0", "hw.id": hw_id, **GPU}
+        for minute, value in ((0, 0), (1, 60), (2, 120)):
+            t = at(minute)
+            job = resource({**base, "gputally.usage.owner.kind": "slurm.job", "gputally.usage.owner.id": "guest"},
+                           counter("gputally.usage.allocated.time", "s", [point(0, at=t, start=at(0))]),
+                           counter("gputally.usage.busy.time", "s", [point(value / 2, at=t, start=at(0))]))
+            held = resource({**base, "gputally.usage.owner.kind": holder[0], "gputally.usage.owner.id": holder[1]},
+                            counter("gputally.usage.allocated.time", "s", [point(value, at=t, start=at(0))]))
+            prom.post_otlp(request(job, held))
+    body = report("job", "guest", "--prometheus", prom.url, "--since", "1h", "--format", "json").json()
+    assert body["notes"] == ["ran on 1 GPU allocated to others: no allocated time, so no utilization",
+                             "ran on 1 GPU nobody had allocated: no allocated time, so no utilization"]

@@ -193,7 +193,7 @@ def test_a_prometheus_without_usage_counters(prometheus: Prometheus) -> None:
     (["--since", "a month"], "'a month' is not a duration such as '30d', '12h' or '1d12h'"),
     (["--chunk", "0s"], "--chunk must be longer than 0s"),
     (["job"], "report job needs a job id"),
-    (["pod", "trainer-0"], "report pod trainer-0: expected NAMESPACE/NAME"),
+    (["pod", "ml/trainer-0/x"], "report pod ml/trainer-0/x: expected NAMESPACE/NAME or the pod's UID"),
     (["4242"], "'4242': say `report job 4242` or `report pod 4242`"),
     (["jobs", "1"], "report jobs 1: expected `report job JOBID` or `report pod NAMESPACE/NAME`"),
     (["job", "1", "--format", "csv"], "report job/pod writes table or json, not csv"),

@@ -59,14 +59,14 @@ def test_pod_views_and_their_notes(fed: Fed) -> None:
     print(f"$ gputally report {' '.join(command)}\n{trainer.out}")
     lines = trainer.out.splitlines()
     assert lines[2] == f"Pod {ns}/trainer-0 (StatefulSet trainer)" and lines[3].startswith("  uid ")
-    counters = want[f"{ns}/trainer-0"]
+    counters = want[fed.scene.trainer]
     assert lines[lines.index("notes:") + 1:] == [
         f"  - peak memory {counters['peak'] / GIB:.0f} GiB of {limit / GIB:.0f} GiB: a smaller MIG profile would do"]
     gpu_line = next(line for line in lines if line.startswith("0 "))
     assert f"{counters['busy'] / counters['allocated'] * 100:.0f}%" in gpu_line.split()
 
     notebook = f"{ns}/jupyter-bob-0"
-    counters = want[notebook]
+    counters = want[fed.scene.notebook]
     mean = counters["busy"] / counters["allocated"]
     body = report("pod", notebook, *fed.args("--format", "json")).json()
     assert math.isclose(body["gpus"][0]["utilization"], mean, rel_tol=1e-9)

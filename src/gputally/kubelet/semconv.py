@@ -24,6 +24,8 @@ __all__ = [
     "OWNER_NAME",
     "PODS",
     "PODRESOURCES_HOLDERS",
+    "PODRESOURCES_UIDS",
+    "POD_UIDS",
     "POD_ANNOTATION_PREFIX",
     "POD_LABEL_PREFIX",
     "POD_NAME",
@@ -54,6 +56,10 @@ PODRESOURCES_HOLDERS = "gputally.k8s.podresources.holders"
 """On a GPU or MIG device: what the kubelet's PodResources API said on the node (the probe
 read it, see probes/core/allocations.py), a sorted array of ``namespace/pod/container/resource``.
 Empty: the kubelet was asked and nobody holds the device; absent: nothing is known."""
+PODRESOURCES_UIDS = "gputally.k8s.podresources.uids"
+"""On a GPU or MIG device beside the holders hint: the uid of each holding pod, as the
+container runtime (CRI) on the node said it, a sorted array of ``namespace/pod/uid``. Pods the
+runtime did not list are left out; absent: the runtime was not asked."""
 
 # --- written -------------------------------------------------------------------------
 POD_NAME = "k8s.pod.name"
@@ -80,6 +86,10 @@ OWNER_KIND = "gputally.k8s.owner.kind"
 OWNER_NAME = "gputally.k8s.owner.name"
 PODS = "gputally.k8s.pods"
 """On a device: every pod holding it, as a sorted array of ``namespace/name``."""
+POD_UIDS = "gputally.k8s.pod.uids"
+"""On a device: every holding pod with its uid where known (API server, CRI, or the probe's
+hint), as a sorted array of ``namespace/name/uid`` (``namespace/name/`` where not): what
+accounts a device's holders by uid."""
 ATTRIBUTION = "gputally.k8s.attribution"
 """How the owner was found: ``cgroup``, ``podresources`` or ``none``."""
 

@@ -2,7 +2,7 @@
 
     gputally report --prometheus URL [--since 30d | --start T --end T] [--by owner|namespace|...]
     gputally report job JOBID --prometheus URL
-    gputally report pod NAMESPACE/NAME --prometheus URL
+    gputally report pod NAMESPACE/NAME|UID --prometheus URL
 
 Errors are one line, ``gputally: ...``, exit 2 for arguments that cannot be honoured and 1
 for everything that goes wrong at run time (see `errors`).
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -50,8 +51,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser = commands.add_parser("report", help=_HELP, description=_HELP, epilog=_EPILOG,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.set_defaults(handler=run)
+    # `--since -1h`: a value that starts with a minus and a digit is a value, not an option
+    # (argparse takes only plain negative numbers so; no option of report starts with a digit).
+    parser._negative_number_matcher = re.compile(r"^-\d[\w.]*$")
     parser.add_argument("view", nargs="?", metavar="job|pod", help="one workload instead of the table")
-    parser.add_argument("name", nargs="?", help="the Slurm job id, or the pod as NAMESPACE/NAME")
+    parser.add_argument("name", nargs="?", help="the Slurm job id, or the pod as NAMESPACE/NAME or its UID")
     source = parser.add_argument_group("Prometheus")
     source.add_argument("--prometheus", metavar="URL", default=os.environ.get(URL_ENV),
                         help=f"base URL of a Prometheus-compatible query API (default ${URL_ENV})")
@@ -183,8 +187,8 @@ def _report(args: argparse.Namespace, err: TextIO) -> str:
         raise UsageError(f"report {args.view} {args.name}: expected `report job JOBID` or `report pod NAMESPACE/NAME`")
     if args.view is not None and not args.name:
         raise UsageError(f"report {args.view} needs a {'job id' if args.view == 'job' else 'NAMESPACE/NAME'}")
-    if args.view == "pod" and args.name.count("/") != 1:
-        raise UsageError(f"report pod {args.name}: expected NAMESPACE/NAME")
+    if args.view == "pod" and args.name.count("/") > 1:
+        raise UsageError(f"report pod {args.name}: expected NAMESPACE/NAME or the pod's UID")
     if args.view is not None and args.format == "csv":  # before asking Prometheus: a usage error either way
         raise UsageError("report job/pod writes table or json, not csv")
     rng = resolve(since=args.since, start=args.start, end=args.end)
@@ -194,23 +198,47 @@ def _report(args: argparse.Namespace, err: TextIO) -> str:
     selector = queries.Selector()
     if args.view is not None:
         kind = workload.KINDS[args.view]
-        selector = queries.Selector(((queries.OWNER_KIND, kind), (queries.OWNER_ID, args.name)))
+        owner = args.name
+        if args.view == "pod" and "/" in owner:  # pods are accounted by uid: find the one of that name
+            owner = _pod_uid(client, rng, lookback, owner)
+        selector = queries.Selector(((queries.OWNER_KIND, kind), (queries.OWNER_ID, owner)))
     progress = _Progress(err)
     try:
-        usage = queries.fetch(client, rng, selector=selector, chunk=chunk, lookback=lookback, progress=progress)
+        usage = queries.fetch(client, rng, selector=selector, chunk=chunk, lookback=lookback, progress=progress,
+                              unattributed=args.view is None)
     finally:
         progress.close()
     if not usage.accounts:
         _nothing(client, rng, lookback, args)
     if args.view is None:
         built = table.build(usage.accounts, args.by)
+        built.unattributed = usage.unattributed
         return {"table": render.table_text, "csv": render.table_csv, "json": render.table_json}[args.format](built, rng)
     thresholds = workload.Thresholds(args.low_utilization, args.unused_below, args.low_memory)
+    guests = [a.hw_id for a in usage.accounts if a.allocated == 0]
     view = workload.build(kind, args.name, usage, limits=queries.memory_limits(client, usage, lookback=lookback),
-                          seen=queries.first_and_last_seen(client, selector, usage), thresholds=thresholds)
+                          seen=queries.first_and_last_seen(client, selector, usage), thresholds=thresholds,
+                          held=queries.held_by_others(client, rng, guests) if guests else set())
     if args.format == "json":
         return render.workload_json(view, rng)
     return render.workload_text(view, rng)
+
+
+def _pod_uid(client: Prometheus, rng: Range, lookback: float, name: str) -> str:
+    """The owner id (uid) of the pod ``NAMESPACE/NAME`` in the range: its counters carry the
+    names once known. A name no uid carries is looked up as an id (a pod nobody knew the uid of)."""
+    namespace, pod = name.split("/", 1)
+    window = queries.duration_text(rng.end - rng.start + lookback)
+    matchers = (f'{queries.OWNER_KIND}="k8s.pod",k8s_namespace_name={queries.promql_string(namespace)},'
+                f"k8s_pod_name={queries.promql_string(pod)}")
+    found = sorted({s.labels.get(queries.OWNER_ID, "") for s in client.vector(
+        f"group by ({queries.OWNER_ID}) (last_over_time({queries.COUNTERS['allocated']}{{{matchers}}}[{window}]))"
+        f" or group by ({queries.OWNER_ID}) (last_over_time({queries.COUNTERS['busy']}{{{matchers}}}[{window}]))",
+        rng.end)} - {""})
+    if len(found) > 1:
+        raise UsageError(f"report pod {name}: {len(found)} pods had that name ({', '.join(found)}); "
+                         "say `report pod UID`")
+    return found[0] if found else name
 
 
 def _nothing(client: Prometheus, rng: Range, lookback: float, args: argparse.Namespace) -> None:

@@ -146,11 +146,19 @@ def _detail(exc: urllib.error.HTTPError) -> str:
     return str(body.get("error", "")) if isinstance(body, dict) else ""
 
 
+_PLAIN_HTTP = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
+                         "HTTP_REQUEST", "UNKNOWN_PROTOCOL"})
+"""OpenSSL's reasons when an https client meets a plain-http server (its answer read as a TLS record)."""
+
+
 def _reason(reason: object) -> str:
     """The cause of a failed connection as a person says it."""
     if isinstance(reason, ssl.SSLCertVerificationError):
         return f"TLS certificate not trusted ({reason.verify_message}): pass --ca-file, or --insecure-skip-verify"
     if isinstance(reason, ssl.SSLError):
+        if reason.reason in _PLAIN_HTTP:  # the server's first bytes were not a TLS record
+            return (f"TLS failed ({reason.reason}): the server answers plain http, not https; "
+                    "use an http:// URL")
         return f"TLS failed ({reason.reason or reason})"
     if isinstance(reason, ConnectionRefusedError):
         return "connection refused"

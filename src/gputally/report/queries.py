@@ -59,8 +59,10 @@ from .prometheus import Prometheus, Sample
 from .timerange import Range
 
 __all__ = [
-    "COUNTERS", "CURRENCY", "HW_ID", "INSTANCE", "MEMORY_LIMIT", "OWNER_ID", "OWNER_KIND", "PEAK",
-    "Account", "Selector", "Usage", "fetch", "first_and_last_seen", "memory_limits", "usage_series_exist",
+    "COUNTERS", "CURRENCY", "HW_ID", "INSTANCE", "MEMORY_LIMIT", "OWNER_ID", "OWNER_KIND", "PEAK", "REASON",
+    "UNATTRIBUTED",
+    "Account", "Selector", "Usage", "duration_text", "fetch", "first_and_last_seen", "held_by_others", "memory_limits",
+    "usage_series_exist",
 ]
 
 COUNTERS: dict[str, str] = {
@@ -80,6 +82,9 @@ OWNER_ID = "gputally_usage_owner_id"
 HW_ID = "hw_id"
 INSTANCE = "instance"
 CURRENCY = "gputally_usage_currency"
+UNATTRIBUTED = "gputally_usage_unattributed_time_seconds_total"
+"""Per GPU: busy time of processes no rule named, by ``REASON`` (no_cgroup, no_metadata)."""
+REASON = "gputally_usage_unattributed_reason"
 
 RAW_WINDOW = 900.0
 """Windows this short (or shorter) with a reset are summed from raw samples (15 samples per
@@ -90,7 +95,7 @@ OWNER_REGEX_LIMIT = 200
 AccountKey = tuple[str, str, str, str]
 """(instance, owner kind, owner id, hw id)."""
 CounterKey = tuple[str, str, str, str, str]
-"""An account key and, for cost, the currency."""
+"""An account key and, for cost, the currency (for the unattributed time, the reason)."""
 
 
 def promql_string(value: str) -> str:
@@ -120,6 +125,11 @@ class Selector:
         return "{" + ",".join(matchers) + "}"
 
 
+def duration_text(seconds: float) -> str:
+    """``seconds`` as a PromQL duration."""
+    return _duration(seconds)
+
+
 def _duration(seconds: float) -> str:
     """A range selector's duration in milliseconds (PromQL takes no fractions)."""
     return f"{max(1, round(seconds * 1000))}ms"
@@ -129,8 +139,8 @@ def _account_key(labels: dict[str, str]) -> AccountKey:
     return (labels.get(INSTANCE, ""), labels.get(OWNER_KIND, ""), labels.get(OWNER_ID, ""), labels.get(HW_ID, ""))
 
 
-def _counter_key(labels: dict[str, str]) -> CounterKey:
-    return (*_account_key(labels), labels.get(CURRENCY, ""))
+def _counter_key(labels: dict[str, str], extra: str = CURRENCY) -> CounterKey:
+    return (*_account_key(labels), labels.get(extra, ""))
 
 
 @dataclass(slots=True)
@@ -163,15 +173,21 @@ class Usage:
     accounts: list[Account]
     seen: list[tuple[float, float]]
     """The chunks in which any counter had a sample (the workload view's first/last seen)."""
+    unattributed: dict[str, float] = field(default_factory=dict)
+    """Reason -> seconds of the GPUs' busy time no rule attributed (asked for the table only;
+    empty when the counter is not there: a gputally from before it)."""
 
 
 class _Counter:
     """One counter name's logical counters over the range: value carried to the chunk's start,
     and the increase so far."""
 
-    def __init__(self, client: Prometheus, name: str, selector: Selector, labels: dict[AccountKey, dict[str, str]]):
+    def __init__(self, client: Prometheus, name: str, selector: Selector, labels: dict[AccountKey, dict[str, str]],
+                 extra: str = CURRENCY):
         self.client = client
         self.name = name
+        self.extra = extra
+        """The label that, beside the account's, tells this counter's series apart."""
         self.selector = selector
         self.labels = labels
         self.carry: dict[CounterKey, float] = {}
@@ -210,7 +226,7 @@ class _Counter:
         owners = {k[2] for k in keys} if len({k[2] for k in keys}) <= OWNER_REGEX_LIMIT else None
         points: dict[CounterKey, list[tuple[float, float]]] = {}
         for series in self.client.matrix(f"{self.name}{self.selector.render(owners)}[{_duration(b - a)}]", b):
-            key = _counter_key(series.labels)
+            key = _counter_key(series.labels, self.extra)
             if key in keys:
                 points.setdefault(key, []).extend(series.points)
         for key, samples in points.items():
@@ -226,7 +242,7 @@ class _Counter:
         """The highest value per logical counter; with ``keep`` the series' labels are remembered."""
         out: dict[CounterKey, float] = {}
         for sample in samples:
-            key = _counter_key(sample.labels)
+            key = _counter_key(sample.labels, self.extra)
             out[key] = max(out.get(key, sample.value), sample.value)
             if keep:
                 labels = self.labels.setdefault(key[:4], {})
@@ -235,11 +251,15 @@ class _Counter:
 
 
 def fetch(client: Prometheus, rng: Range, *, selector: Selector = Selector(), chunk: float = 86400.0,
-          lookback: float = 86400.0, progress: Callable[[int, int, float], None] | None = None) -> Usage:
+          lookback: float = 86400.0, progress: Callable[[int, int, float], None] | None = None,
+          unattributed: bool = False) -> Usage:
     """Every account's increase over ``rng`` (see the module docstring for how), chunk by chunk;
-    ``progress(done, total, chunk_end)`` after each chunk."""
+    ``progress(done, total, chunk_end)`` after each chunk. With ``unattributed``, also the
+    GPUs' unattributed busy time by reason (the same way, 2 more queries per chunk)."""
     labels: dict[AccountKey, dict[str, str]] = {}
     counters = {field_: _Counter(client, name, selector, labels) for field_, name in COUNTERS.items()}
+    if unattributed:
+        counters["unattributed"] = _Counter(client, UNATTRIBUTED, Selector(), {}, extra=REASON)
     for counter in counters.values():
         counter.start(rng.start, lookback)
     peaks: dict[AccountKey, float] = {}
@@ -247,8 +267,9 @@ def fetch(client: Prometheus, rng: Range, *, selector: Selector = Selector(), ch
     total = rng.count(chunk)
     for done, (a, b) in enumerate(rng.chunks(chunk), 1):
         any_sample = False
-        for counter in counters.values():
-            any_sample = counter.window(a, b) or any_sample
+        for field_, counter in counters.items():
+            sampled = counter.window(a, b)
+            any_sample = any_sample or (sampled and field_ != "unattributed")
         for sample in client.vector(f"max_over_time({PEAK}{selector.render()}[{_duration(b - a)}])", b):
             key = _account_key(sample.labels)
             peaks[key] = max(peaks.get(key, sample.value), sample.value)
@@ -257,8 +278,12 @@ def fetch(client: Prometheus, rng: Range, *, selector: Selector = Selector(), ch
         if progress is not None:
             progress(done, total, b)
     accounts: dict[AccountKey, Account] = {key: Account(*key, labels=dict(values)) for key, values in labels.items()}
+    why: dict[str, float] = {}
     for field_, counter in counters.items():
         for counter_key, value in counter.total.items():
+            if field_ == "unattributed":
+                why[counter_key[4]] = why.get(counter_key[4], 0.0) + value
+                continue
             account = accounts.get(counter_key[:4])
             if account is None:
                 continue
@@ -271,7 +296,7 @@ def fetch(client: Prometheus, rng: Range, *, selector: Selector = Selector(), ch
         if key in accounts:
             accounts[key].peak_memory = peak
     ordered = sorted(accounts.values(), key=lambda acc: (acc.kind, acc.owner, acc.hw_id, acc.instance))
-    return Usage(rng, ordered, seen)
+    return Usage(rng, ordered, seen, why)
 
 
 def first_and_last_seen(client: Prometheus, selector: Selector, usage: Usage) -> tuple[float, float] | None:
@@ -301,6 +326,22 @@ def memory_limits(client: Prometheus, usage: Usage, *, lookback: float) -> dict[
                                 f"[{_duration(b - a + lookback)}]))", b):
         out[sample.labels.get(HW_ID, "")] = sample.value
     return out
+
+
+def held_by_others(client: Prometheus, rng: Range, hw_ids: Iterable[str]) -> set[str]:
+    """Which of ``hw_ids`` someone held in the range: an owner (not ``unallocated`` or
+    ``unattributed``) whose allocated time on it grew there. A workload's GPU it ran on without
+    holding it was either someone else's or nobody's."""
+    gpus = sorted(set(hw_ids))
+    if not gpus:
+        return set()
+    name = COUNTERS["allocated"]
+    matchers = (f"{{{HW_ID}=~{promql_string('|'.join(_regex_escape(g) for g in gpus))},"
+                f'{OWNER_KIND}!~"unallocated|unattributed"}}')
+    window = _duration(rng.end - rng.start)
+    found = client.vector(f"group by ({HW_ID}) ((max_over_time({name}{matchers}[{window}]) - "
+                          f"min_over_time({name}{matchers}[{window}])) > 0)", rng.end)
+    return {sample.labels.get(HW_ID, "") for sample in found}
 
 
 def usage_series_exist(client: Prometheus, at: float, lookback: float) -> bool:

@@ -40,33 +40,21 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.0f}%"
 
 
-def _fit(text: str, width: int) -> str:
-    """Shortened in the middle (``t-a595…/trainer-0``): both ends of a name tell things apart."""
-    if len(text) <= width:
-        return text
-    if width <= 1:
-        return text[:width]
-    head = (width - 1) // 2
-    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
-
-
-def _grid(headers: Sequence[str], rows: Sequence[Sequence[str]], *, left: int, width: int = WIDTH) -> list[str]:
-    """Columns two spaces apart; the first ``left`` left-aligned and shrunk (widest first) to fit
-    ``width``, the rest right-aligned."""
+def _grid(headers: Sequence[str], rows: Sequence[Sequence[str]], *, left: int) -> list[str]:
+    """Columns two spaces apart, the first ``left`` left-aligned, the rest right-aligned. Names
+    and ids are never cut (a uid or a job id cut in the middle names nobody): a long one widens
+    the table past 80 columns instead."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    excess = sum(widths) + 2 * (len(widths) - 1) - width
-    while excess > 0:
-        i = max(range(left), key=lambda j: widths[j], default=None)
-        if i is None or widths[i] <= max(8, len(headers[i])):
-            break
-        widths[i] -= 1
-        excess -= 1
 
     def line(cells: Sequence[str]) -> str:
-        parts = [_fit(c, widths[i]).ljust(widths[i]) if i < left else c.rjust(widths[i]) for i, c in enumerate(cells)]
+        parts = [c.ljust(widths[i]) if i < left else c.rjust(widths[i]) for i, c in enumerate(cells)]
         return "  ".join(parts).rstrip()
 
     return [line(headers), *(line(r) for r in rows)]
+
+
+def _gib_text(value: float | None) -> str:
+    return "-" if value is None else f"{value / GIB:.1f}"
 
 
 def _cost_columns(currencies: Sequence[str]) -> list[str]:
@@ -77,7 +65,7 @@ def _costs(figures: Figures, currencies: Sequence[str]) -> list[float]:
     return [figures.cost.get(c, 0.0) for c in currencies] or [0.0]
 
 
-_UNITS = "GPU-hours allocated, busy and idle; eff = busy / allocated; cost in {}"
+_UNITS = "GPU-hours allocated, busy, idle; eff = busy / allocated; peak GiB; cost in {}"
 
 
 def _header(title: str, rng: Range) -> str:
@@ -87,29 +75,61 @@ def _header(title: str, rng: Range) -> str:
 # -- the chargeback table ------------------------------------------------------------------------
 
 def table_text(table: Table, rng: Range) -> str:
-    everything = [*(r.figures for r in table.rows), table.total]
+    figures = [r.figures for r in table.rows]
+    everything = [*figures, table.total]
     hours = _decimals([v for f in everything for v in (f.allocated_hours, f.busy_hours, f.idle_hours)])
     kwh = _decimals([f.energy_kwh for f in everything])
     money = _decimals([c for f in everything for c in _costs(f, table.currencies)], least=2)
 
     def cells(label: str, f: Figures) -> list[str]:
         return [label, _number(f.allocated_hours, hours), _number(f.busy_hours, hours), _percent(f.efficiency),
-                _number(f.idle_hours, hours), _number(f.energy_kwh, kwh),
+                _number(f.idle_hours, hours), _gib_text(f.peak_memory), _number(f.energy_kwh, kwh),
                 *(_number(c, money) for c in _costs(f, table.currencies))]
 
-    headers = [table.by, "alloc h", "busy h", "eff", "idle h", "kWh", *_cost_columns(table.currencies)]
-    rows = [cells(r.label, r.figures) for r in table.rows] + [cells("TOTAL", table.total)]
+    def shown_sum(values: Sequence[float], decimals: int) -> str:
+        """A TOTAL cell that adds like the rows shown (``--format json`` has the exact sum)."""
+        return _number(sum(round(v, decimals) for v in values) + 0.0, decimals)
+
+    total = table.total
+    total_cells = ["TOTAL", shown_sum([f.allocated_hours for f in figures], hours),
+                   shown_sum([f.busy_hours for f in figures], hours), _percent(total.efficiency),
+                   shown_sum([f.idle_hours for f in figures], hours), _gib_text(total.peak_memory),
+                   shown_sum([f.energy_kwh for f in figures], kwh),
+                   *(shown_sum([_costs(f, table.currencies)[i] for f in figures], money)
+                     for i in range(len(_costs(total, table.currencies))))]
+    headers = [table.by, "alloc h", "busy h", "eff", "idle h", "peak GiB", "kWh", *_cost_columns(table.currencies)]
+    rows = [cells(r.label, r.figures) for r in table.rows] + [total_cells]
     lines = _grid(headers, rows, left=1)
     rule = "-" * max(len(line) for line in lines)
+    shared = [] if all((f.efficiency or 0.0) <= 1.0 for f in figures) else [
+        "", "eff above 100%: a GPU shared by N holders gives each 1/N of its time as allocated, and its",
+        "busy time to whoever computed: a holder that did more than its share goes past 100%."]
     return "\n".join([_header(f"GPU usage by {table.by}", rng),
                       _UNITS.format(" and ".join(table.currencies) or "-"), "", lines[0], *lines[1:-1], rule,
-                      lines[-1]]) + "\n"
+                      lines[-1], *shared, *_unattributed_text(table, hours)]) + "\n"
+
+
+_REASONS = {"no_cgroup": "no cgroup", "no_metadata": "no metadata"}
+
+
+def _unattributed_text(table: Table, hours: int) -> list[str]:
+    """The line under the table: how much of the GPUs' work no rule attributed, and why."""
+    if not table.unattributed:
+        return []
+    busy = sum(table.unattributed.values())
+    if busy <= 0:
+        return ["", "unattributed work: none (every busy GPU-hour has an owner)"]
+    share = busy / table.total.busy if table.total.busy > 0 else None
+    why = ", ".join(f"{_REASONS.get(r, r)} {_number(v / 3600, hours)}" for r, v in sorted(table.unattributed.items())
+                    if v > 0)
+    return ["", f"unattributed work: {_number(busy / 3600, hours)} GPU-h busy, {_percent(share)} of all busy time",
+            f"  {why} (may be the GPUs' owners' own work)"]
 
 
 def _figures_json(f: Figures) -> dict[str, Any]:
     return {"gpus": len(f.gpus), "allocated_gpu_hours": f.allocated_hours, "busy_gpu_hours": f.busy_hours,
-            "efficiency": f.efficiency, "idle_gpu_hours": f.idle_hours, "energy_kwh": f.energy_kwh,
-            "cost": dict(sorted(f.cost.items()))}
+            "efficiency": f.efficiency, "idle_gpu_hours": f.idle_hours, "peak_memory_bytes": f.peak_memory,
+            "energy_kwh": f.energy_kwh, "cost": dict(sorted(f.cost.items()))}
 
 
 def table_json(table: Table, rng: Range) -> str:
@@ -118,6 +138,13 @@ def table_json(table: Table, rng: Range) -> str:
         "rows": [{"label": r.label, **r.group, "special": r.special, **_figures_json(r.figures)} for r in table.rows],
         "total": _figures_json(table.total),
     }
+    if table.unattributed:
+        busy = sum(table.unattributed.values())
+        body["unattributed"] = {
+            "busy_gpu_hours": busy / 3600,
+            "share_of_busy": busy / table.total.busy if table.total.busy > 0 else None,
+            "by_reason_gpu_hours": {r: v / 3600 for r, v in sorted(table.unattributed.items())},
+        }
     return json.dumps(body, indent=2) + "\n"
 
 
@@ -125,11 +152,12 @@ def table_csv(table: Table, rng: Range) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([*table.columns, "gpus", "allocated_gpu_hours", "busy_gpu_hours", "efficiency", "idle_gpu_hours",
-                     "energy_kwh", *(f"cost_{c}" for c in table.currencies)])
+                     "peak_memory_bytes", "energy_kwh", *(f"cost_{c}" for c in table.currencies)])
 
     def values(f: Figures) -> list[Any]:
         return [len(f.gpus), repr(f.allocated_hours), repr(f.busy_hours),
-                "" if f.efficiency is None else repr(f.efficiency), repr(f.idle_hours), repr(f.energy_kwh),
+                "" if f.efficiency is None else repr(f.efficiency), repr(f.idle_hours),
+                "" if f.peak_memory is None else repr(f.peak_memory), repr(f.energy_kwh),
                 *(repr(f.cost.get(c, 0.0)) for c in table.currencies)]
 
     for row in table.rows:

@@ -2,8 +2,9 @@
 
 Accounts that lack the dimension's label are not dropped, so that the TOTAL is every GPU's
 observed time: the owner kinds ``unallocated`` (a GPU nobody held: the fleet's idle capacity,
-OpenCost's ``__idle__``) and ``unattributed`` (work of processes no rule named) are always
-rows of their own, ``(unallocated)`` and ``(unattributed)``, whatever the grouping; any
+OpenCost's ``__idle__``) and ``unattributed`` (work of processes no rule named) are
+rows of their own, ``(unallocated)`` and ``(unattributed)``, whatever the grouping but the
+model (a model's row holds all the time and work of its GPUs); any
 other account without the label goes to ``(no namespace)``, ``(no job)``... (a Slurm job has
 no namespace, a pod no job).
 """
@@ -42,12 +43,17 @@ class Figures:
     energy: float = 0.0
     cost: dict[str, float] = field(default_factory=dict)
     gpus: set[str] = field(default_factory=set)
+    peak_memory: float | None = None
+    """Bytes: the most GPU memory any of the accounts' processes held on one GPU (a maximum,
+    not a sum); None when no account emitted a peak."""
 
     def add(self, account: Account) -> None:
         self.allocated += account.allocated
         self.busy += account.busy
         self.idle += account.idle
         self.energy += account.energy
+        if account.peak_memory is not None:
+            self.peak_memory = max(self.peak_memory or 0.0, account.peak_memory)
         for currency, amount in account.cost.items():
             self.cost[currency] = self.cost.get(currency, 0.0) + amount
         self.gpus.add(account.hw_id)
@@ -92,18 +98,25 @@ class Table:
     rows: list[Row]
     total: Figures
     currencies: list[str]
+    unattributed: dict[str, float] = field(default_factory=dict)
+    """Reason -> seconds of the GPUs' busy time that no rule attributed (`queries.Usage`)."""
 
 
 def _row_of(account: Account, by: str) -> tuple[str, dict[str, str | None], bool]:
     names = BY[by]
-    if account.kind in SPECIAL_KINDS:
+    if account.kind in SPECIAL_KINDS and not (by == "model" and account.labels.get("hw_model")):
+        # A model's row counts all the work on that model, the unallocated and unattributed too.
         return f"({account.kind})", {name: (account.kind if by == "owner" else None) for name, _ in names}, True
     values = {name: account.labels.get(label) or None for name, label in names}
     if any(v is None for v in values.values()):
         missing = next(name for name, v in values.items() if v is None)
         return f"(no {missing})", values, True
     if by == "owner":
-        return f"{values['owner_kind']} {values['owner_id']}", values, False
+        owner = values["owner_id"]
+        namespace, pod = account.labels.get("k8s_namespace_name"), account.labels.get("k8s_pod_name")
+        if values["owner_kind"] == "k8s.pod" and namespace and pod:  # keyed by uid, shown by name
+            owner = f"{namespace}/{pod}"
+        return f"{values['owner_kind']} {owner}", values, False
     return "/".join(str(v) for v in values.values()), values, False
 
 
@@ -114,9 +127,10 @@ def build(accounts: Iterable[Account], by: str) -> Table:
     total = Figures()
     for account in accounts:
         label, group, special = _row_of(account, by)
-        row = rows.get(label)
+        key = f"{label}\0{group.get('owner_id') if by == 'owner' else ''}"  # one row per owner, whatever its name
+        row = rows.get(key)
         if row is None:
-            row = rows[label] = Row(label, group, special=special)
+            row = rows[key] = Row(label, group, special=special)
         row.figures.add(account)
         total.add(account)
     ordered: Sequence[Row] = sorted(

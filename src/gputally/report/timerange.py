@@ -23,8 +23,12 @@ _DAYS = re.compile(r"^(?:(\d+(?:\.\d+)?)w)?(?:(\d+(?:\.\d+)?)d)?(.*)$")
 
 
 def parse_days_duration(text: str) -> float:
-    """Seconds in ``30d``, ``1w``, ``1d12h``, ``90m``. Raises ValueError naming the text."""
-    match = _DAYS.match(text.strip())
+    """Seconds in ``30d``, ``1w``, ``1d12h``, ``90m``; ``-1h`` is ``1h`` (a range always reaches
+    back: ``--since -1h`` reads as "since an hour ago"). Raises ValueError naming the text."""
+    text = text.strip()
+    if text.startswith("-") and text[1:2].isdigit():
+        text = text[1:]
+    match = _DAYS.match(text)
     if not match or not text.strip():
         raise ValueError(f"{text!r} is not a duration such as '30d', '12h' or '1d12h'")
     weeks, days, rest = match.groups()

@@ -69,8 +69,10 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def notes(gpus: list[GpuLine], thresholds: Thresholds) -> list[str]:
-    """What an operator should look at, in the summary event's words."""
+def notes(gpus: list[GpuLine], thresholds: Thresholds, held_by: set[str] | None = None) -> list[str]:
+    """What an operator should look at, in the summary event's words. ``held_by``: the GPUs
+    someone held in the range (None: not known), so a GPU the workload ran on without holding
+    it is said to be others' only when it was."""
     out: list[str] = []
     held = [g for g in gpus if g.figures.allocated > 0]
     unused = [g for g in held if g.figures.busy / g.figures.allocated < thresholds.unused_below]
@@ -82,8 +84,12 @@ def notes(gpus: list[GpuLine], thresholds: Thresholds) -> list[str]:
         if mean < thresholds.low_utilization:
             out.append(f"mean utilization {mean * 100:.0f} % on {_plural(len(held), 'GPU')}")
     guests = [g for g in gpus if g.figures.allocated == 0]
-    if guests:
-        out.append(f"ran on {_plural(len(guests), 'GPU')} allocated to others: no allocated time, so no utilization")
+    others = [g for g in guests if held_by is None or g.hw_id in held_by]
+    if others:
+        out.append(f"ran on {_plural(len(others), 'GPU')} allocated to others: no allocated time, so no utilization")
+    if len(others) < len(guests):
+        out.append(f"ran on {_plural(len(guests) - len(others), 'GPU')} nobody had allocated: no allocated time, "
+                   "so no utilization")
     peak = max((g for g in gpus if g.peak_memory is not None), key=lambda g: g.peak_memory or 0.0, default=None)
     if peak is not None and peak.peak_memory is not None and peak.memory_limit:
         if peak.peak_memory / peak.memory_limit < thresholds.low_memory:
@@ -93,7 +99,7 @@ def notes(gpus: list[GpuLine], thresholds: Thresholds) -> list[str]:
 
 
 def build(kind: str, owner: str, usage: Usage, *, limits: dict[str, float],
-          seen: tuple[float, float] | None, thresholds: Thresholds) -> Workload:
+          seen: tuple[float, float] | None, thresholds: Thresholds, held: set[str] | None = None) -> Workload:
     """The view of ``owner`` (of ``kind``: ``slurm.job`` or ``k8s.pod``) from its accounts."""
     lines: dict[str, GpuLine] = {}
     labels: dict[str, str] = {}
@@ -114,7 +120,7 @@ def build(kind: str, owner: str, usage: Usage, *, limits: dict[str, float],
     gpus = sorted(lines.values(), key=lambda g: (g.host, _index(g.index), g.hw_id))
     hosts = sorted({g.host for g in gpus if g.host})
     first, last = seen if seen is not None else (None, None)
-    return Workload(kind, owner, labels, first, last, hosts, gpus, total, sorted(total.cost), notes(gpus, thresholds))
+    return Workload(kind, owner, labels, first, last, hosts, gpus, total, sorted(total.cost), notes(gpus, thresholds, held))
 
 
 def _index(index: str) -> tuple[int, str]:

@@ -34,6 +34,11 @@ def cid(seed: str) -> str:
     return (uuid.uuid5(uuid.NAMESPACE_DNS, seed).hex * 2)[:64]
 
 
+def uid_of(namespace: str, name: str) -> str:
+    """The uid `pod_json` gives a pod when none is named."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{name}"))
+
+
 def pod_json(
     name: str,
     *,
@@ -49,7 +54,7 @@ def pod_json(
     """A Pod as the API server returns it (JSON). ``owner`` is (kind, name, uid);
     ``containers`` maps container name -> bare container id."""
     metadata: dict[str, Any] = {
-        "name": name, "namespace": namespace, "uid": uid or str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{name}")),
+        "name": name, "namespace": namespace, "uid": uid or uid_of(namespace, name),
         "resourceVersion": "1", "labels": dict(labels or {}), "annotations": dict(annotations or {}),
     }
     if owner:

@@ -78,15 +78,18 @@ def allocate(kubelet: Kubelet, ns: str) -> None:
     kubelet.allocate(ns, "nic", "main", "example.com/sriov", "0000:3b:00.1")  # not a GPU
 
 
-def create_pods(admin: Any, ns: str, node: str) -> None:
+def create_pods(admin: Any, ns: str, node: str) -> dict[str, str]:
+    """The pods, by name -> uid."""
     _, replicaset = create_deployment_with_replicaset(admin, ns, "web", labels={"team": "nlp"})
     statefulset = create_statefulset(admin, ns, "jupyter-alice")
     pods = {"web-x": (replicaset, ["main"]), "jupyter-alice-0": (statefulset, ["notebook"])}
     pods.update({name: (None, ["main"]) for name in ("share-a", "share-b", "mig-a", "mig-b", "dra", "nic")})
+    uids = {}
     for name, (owner, containers) in pods.items():
-        create_pod(admin, ns, name, owner=owner, node_name=node, containers=containers,
-                   labels={"team": "nlp"} if name == "web-x" else None)
+        uids[name] = create_pod(admin, ns, name, owner=owner, node_name=node, containers=containers,
+                                labels={"team": "nlp"} if name == "web-x" else None).metadata.uid
         set_pod_status(admin, ns, name)
+    return uids
 
 
 async def attributed(proc: K8sProcessor, batch: Batch) -> list[dict[str, Any]]:
@@ -114,7 +117,7 @@ async def test_node_mode_and_gateway_mode_attribute_every_gpu_alike(
     ns, node = kube_namespace, f"gpu-{uuid.uuid4().hex[:8]}"
     create_node(kube_admin, node, labels={"topology.kubernetes.io/region": "us-east-2",
                                           "node.kubernetes.io/instance-type": "p5en.48xlarge"})
-    create_pods(kube_admin, ns, node)
+    uids = create_pods(kube_admin, ns, node)
     kubelet = Kubelet()
     allocate(kubelet, ns)
     common = {"kubeconfig": str(kube_cluster.limited_kubeconfig), "extract": {"labels": ["team"]},
@@ -147,12 +150,15 @@ async def test_node_mode_and_gateway_mode_attribute_every_gpu_alike(
         "k8s.replicaset.name": web["k8s.replicaset.name"], "k8s.deployment.name": "web",
         "gputally.k8s.owner.kind": "Deployment", "gputally.k8s.owner.name": "web", "k8s.pod.label.team": "nlp",
         "k8s.node.name": node, "cloud.region": "us-east-2", "host.type": "p5en.48xlarge",
-        "gputally.k8s.pods": [f"{ns}/web-x"], "gputally.k8s.attribution": "podresources",
+        "gputally.k8s.pods": [f"{ns}/web-x"], "gputally.k8s.pod.uids": [f"{ns}/web-x/{uids['web-x']}"],
+        "gputally.k8s.attribution": "podresources",
     }
     assert jupyter["k8s.statefulset.name"] == "jupyter-alice" and jupyter["k8s.container.name"] == "notebook"
     assert shared == {"gputally.k8s.pods": [f"{ns}/share-a", f"{ns}/share-b"], "k8s.namespace.name": ns,
+                      "gputally.k8s.pod.uids": [f"{ns}/{name}/{uids[name]}" for name in ("share-a", "share-b")],
                       "k8s.node.name": node, "cloud.region": "us-east-2", "host.type": "p5en.48xlarge",
                       "gputally.k8s.attribution": "podresources"}
     assert mig_parent["gputally.k8s.pods"] == [f"{ns}/mig-a", f"{ns}/mig-b"] and "k8s.pod.name" not in mig_parent
+    assert mig_parent["gputally.k8s.pod.uids"] == [f"{ns}/{name}/{uids[name]}" for name in ("mig-a", "mig-b")]
     assert (mig_a["k8s.pod.name"], mig_b["k8s.pod.name"], dra["k8s.pod.name"]) == ("mig-a", "mig-b", "dra")
     assert free == {"gputally.k8s.attribution": "none"}

@@ -123,7 +123,7 @@ async def test_the_processor_attributes_an_idle_gpu_from_the_kubelet(
         assert k8s_only(held) == {
             "k8s.pod.name": "jupyter-alice-0", "k8s.namespace.name": "notebooks", "k8s.container.name": "notebook",
             "k8s.node.name": "node-a", "gputally.k8s.pods": ["notebooks/jupyter-alice-0"],
-            "gputally.k8s.attribution": "podresources",
+            "gputally.k8s.pod.uids": ["notebooks/jupyter-alice-0/"], "gputally.k8s.attribution": "podresources",
         }
         assert k8s_only(free) == {"gputally.k8s.attribution": "none"}
         degraded = proc.degraded()

@@ -20,6 +20,7 @@ from .helpers import (
     GPU,
     POD_UID,
     cid,
+    uid_of,
     context,
     gpu_resource,
     k8s_only,
@@ -206,6 +207,7 @@ async def test_an_allocated_idle_gpu_carries_its_pod(tmp_path: Path) -> None:
         "gputally.k8s.owner.name": "jupyter-alice",
         "k8s.node.name": "node-a",
         "gputally.k8s.pods": ["notebooks/jupyter-alice-0"],
+        "gputally.k8s.pod.uids": [f"notebooks/jupyter-alice-0/{POD_UID}"],
         "gputally.k8s.attribution": "podresources",
     }
     assert k8s_only(free) == {"gputally.k8s.attribution": "none"}
@@ -223,6 +225,7 @@ async def test_a_gpu_shared_by_time_slicing_lists_every_pod_and_names_none(tmp_p
     (shared,) = resource_attrs(batch)
     assert k8s_only(shared) == {
         "gputally.k8s.pods": ["team-a/a", "team-b/b"],
+        "gputally.k8s.pod.uids": [f"team-a/a/{uid_of('team-a', 'a')}", f"team-b/b/{uid_of('team-b', 'b')}"],
         "k8s.node.name": "node-a",
         "gputally.k8s.attribution": "podresources",
     }
@@ -251,7 +254,7 @@ async def test_device_ids_by_index_and_minor_number_find_the_same_gpu(tmp_path: 
     # Not in the pod cache (not listed yet): PodResources' own identity is attached at once.
     assert k8s_only(first) == {"k8s.pod.name": "by-index", "k8s.namespace.name": "ml", "k8s.container.name": "main",
                                "k8s.node.name": "node-a", "gputally.k8s.pods": ["ml/by-index"],
-                               "gputally.k8s.attribution": "podresources"}
+                               "gputally.k8s.pod.uids": ["ml/by-index/"], "gputally.k8s.attribution": "podresources"}
     assert second["k8s.pod.name"] == "by-minor"
 
 
@@ -327,6 +330,7 @@ async def test_a_hinted_shared_gpu_lists_every_pod_and_its_node() -> None:
     (shared,) = resource_attrs(batch)
     assert without_hint(shared) == {
         "gputally.k8s.pods": ["team-a/a", "team-b/b"],
+        "gputally.k8s.pod.uids": [f"team-a/a/{uid_of('team-a', 'a')}", f"team-b/b/{uid_of('team-b', 'b')}"],
         "k8s.node.name": "gpu-7",
         "gputally.k8s.attribution": "podresources",
     }
@@ -340,7 +344,8 @@ async def test_a_hint_is_split_on_its_first_three_slashes_and_nonsense_is_not_be
     parsed, ignored = resource_attrs(batch)
     # Not listed by the API (yet): the hint's own identity, as PodResources' in node mode.
     assert without_hint(parsed) == {"k8s.pod.name": "a", "k8s.namespace.name": "ml", "k8s.container.name": "main",
-                                    "gputally.k8s.pods": ["ml/a"], "gputally.k8s.attribution": "podresources"}
+                                    "gputally.k8s.pods": ["ml/a"], "gputally.k8s.pod.uids": ["ml/a/"],
+                                    "gputally.k8s.attribution": "podresources"}
     assert without_hint(ignored) == {}
 
 

@@ -57,16 +57,25 @@ class Placed:
     socket: Path
     kube: KubeCluster
     slurm: SlurmCluster
+    trainer_uid: str = ""
+    notebook_uid: str = ""
 
     @property
     def owners(self) -> dict[int, str]:
-        """pid -> the owner id its counters carry."""
-        ns = self.namespace
-        return {TRAINER_PID: f"{ns}/trainer-0", NOTEBOOK_PID: f"{ns}/jupyter-bob-0", HOLDER_PID: str(self.job)}
+        """pid -> the owner id its counters carry (a pod's: its uid)."""
+        return {TRAINER_PID: self.trainer_uid, NOTEBOOK_PID: self.notebook_uid, HOLDER_PID: str(self.job)}
+
+    @property
+    def trainer(self) -> str:
+        return self.trainer_uid
+
+    @property
+    def notebook(self) -> str:
+        return self.notebook_uid
 
     @property
     def holders(self) -> list[str]:
-        return [f"{self.namespace}/jupyter-bob-0", f"{self.namespace}/trainer-0"]
+        return sorted([self.notebook_uid, self.trainer_uid])
 
     def expected(self) -> Counters:
         """The counters the split rules give for what the probe sent."""
@@ -96,7 +105,7 @@ async def placed(kube: KubeCluster, admin: Any, namespace: str, slurm: SlurmClus
         base = base_ns if base_ns is not None else time.time_ns() - 60 * 10**9
         requests = await probe_requests(data, base_ns=base, node=node)
         async with kubelet_socket(tmp_path, kubelet) as socket:
-            yield Placed(namespace, node, job, requests, socket, kube, slurm)
+            yield Placed(namespace, node, job, requests, socket, kube, slurm, trainer.metadata.uid, notebook.metadata.uid)
     finally:
         slurm.run(["scancel", str(job)], check=False)
 
@@ -175,8 +184,8 @@ async def feed_prometheus(scene: Placed, prometheus: Any, tmp_path: Path, *,
     while True:  # the last emit, at shutdown, carries the whole series' counters
         found = prometheus.query(f'gputally_usage_allocated_time_seconds_total{{gputally_usage_owner_id="{owner}"}}')
         trainer = prometheus.query('gputally_usage_busy_time_seconds_total{gputally_usage_owner_id="'
-                                   f'{scene.namespace}/trainer-0"}}')
-        if found and trainer and abs(float(trainer[0]["value"][1]) - want[f"{scene.namespace}/trainer-0"]["busy"]) < 1e-6:
+                                   f'{scene.trainer}"}}')
+        if found and trainer and abs(float(trainer[0]["value"][1]) - want[scene.trainer]["busy"]) < 1e-6:
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"Prometheus never showed the final counters: {trainer}")

@@ -59,9 +59,10 @@ def recording(*, uids: Mapping[str, str] | None = None, job: int | None = None) 
 
 
 async def probe_requests(data: Mapping[str, Any], *, base_ns: int, node: str = "gpu-node-7",
-                         cycles: int | None = None) -> list[ExportMetricsServiceRequest]:
+                         cycles: int | None = None, allocations: Any = None) -> list[ExportMetricsServiceRequest]:
     """What the probe sends for each reading, stamped with the reading's own time (moved so the
-    first reading is at ``base_ns``)."""
+    first reading is at ``base_ns``); with ``allocations`` (a `PodAllocations`), its holders
+    and uids hints on the GPU, as the probe asks the kubelet and the runtime beside each cycle."""
     snapshots = data["snapshots"]
     first = float(snapshots[0]["time"])
     times = iter([base_ns - 10**9] + [base_ns + round((float(s["time"]) - first) * 1e9) for s in snapshots])
@@ -72,6 +73,9 @@ async def probe_requests(data: Mapping[str, Any], *, base_ns: int, node: str = "
         requests = []
         for _ in range(cycles or len(snapshots)):
             cycle = await probe.collect()
+            if allocations is not None:
+                await allocations.refresh()
+                allocations.decorate(cycle.entities)
             requests.append(encoder.metrics(cycle.entities, cycle.time_ns))
         return requests
     finally:

@@ -57,7 +57,7 @@ async def test_usage_counters_through_serve_with_k8s_and_slurm(
         for name in COUNTERS.values():
             assert math.isclose(got[owner][name], counters[name], rel_tol=1e-9, abs_tol=1e-6), (owner, name)
 
-    trainer_attributes = got[f"{ns}/trainer-0"]["attributes"]
+    trainer_attributes = got[scene.trainer]["attributes"]
     assert trainer_attributes["gputally.usage.owner.kind"] == "k8s.pod"
     assert trainer_attributes["k8s.namespace.name"] == ns and trainer_attributes["k8s.pod.name"] == "trainer-0"
     assert trainer_attributes["gputally.k8s.owner.kind"] == "StatefulSet"
@@ -67,5 +67,5 @@ async def test_usage_counters_through_serve_with_k8s_and_slurm(
     assert holder["slurm.job.name"] == "holder" and holder["slurm.job.user"] == "root"
     assert got[str(job)]["busy"] == 0 and got[str(job)]["allocated"] == 0  # holds memory, computes nothing
     # Both pods hold the GPU: each has half its observed time, the notebook idle once it stopped.
-    assert math.isclose(got[f"{ns}/trainer-0"]["allocated"], got[f"{ns}/jupyter-bob-0"]["allocated"])
-    assert got[f"{ns}/jupyter-bob-0"]["idle"] > 0 and got[f"{ns}/trainer-0"]["idle"] == 0
+    assert math.isclose(got[scene.trainer]["allocated"], got[scene.notebook]["allocated"])
+    assert got[scene.notebook]["idle"] > 0 and got[scene.trainer]["idle"] == 0

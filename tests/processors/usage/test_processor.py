@@ -31,7 +31,8 @@ PROCESSES = {TRAINER_PID: {"k8s.namespace.name": "ml", "k8s.pod.name": "trainer-
 @pytest.fixture(scope="module")
 def requests() -> list[Any]:
     raw = asyncio.run(probe_requests(recording(), base_ns=1_800_000_000 * 10**9))
-    return [with_attributes(r, processes=PROCESSES, gpu={"gputally.k8s.pods": ["ml/trainer-0"]}) for r in raw]
+    return [with_attributes(r, processes=PROCESSES, gpu={"gputally.k8s.pods": ["ml/trainer-0"],
+                                                                 "gputally.k8s.pod.uids": ["ml/trainer-0/"]}) for r in raw]
 
 
 def test_registered_and_declared() -> None:

@@ -44,9 +44,9 @@ async def test_prometheus_holds_the_usage_counters(
 
     # Each counter series begins with a 0 at its start time, so a per-series delta over any range
     # that holds the whole series is its whole count: what increase() and the report rely on.
-    (raw,) = prometheus.query(f'{NAMES["busy"]}{{gputally_usage_owner_id="{scene.namespace}/trainer-0"}}[30m]')
+    (raw,) = prometheus.query(f'{NAMES["busy"]}{{gputally_usage_owner_id="{scene.trainer}"}}[30m]')
     values = [float(v) for _, v in raw["values"]]
-    assert values[0] == 0.0 and math.isclose(values[-1], want[f"{scene.namespace}/trainer-0"]["busy"], rel_tol=1e-9)
+    assert values[0] == 0.0 and math.isclose(values[-1], want[scene.trainer]["busy"], rel_tol=1e-9)
     increases = prometheus.query(f'sum by (gputally_usage_owner_id) (increase({NAMES["allocated"]}[30m]))')
     for row in increases:  # increase() extrapolates a little past a series' last sample: close, not exact
         owner = row["metric"]["gputally_usage_owner_id"]

@@ -27,7 +27,8 @@ TRAINER = {"k8s.namespace.name": "ml", "k8s.pod.name": "trainer-0", "k8s.pod.uid
            "gputally.k8s.owner.kind": "StatefulSet", "gputally.k8s.owner.name": "trainer"}
 NOTEBOOK = {"k8s.namespace.name": "ml", "k8s.pod.name": "jupyter-bob-0", "k8s.pod.uid": "uid-n"}
 HOLDER = {"slurm.job.id": 90210, "slurm.job.user": "carol", "slurm.job.account": "physics"}
-OWNER_OF = {TRAINER_PID: "ml/trainer-0", NOTEBOOK_PID: "ml/jupyter-bob-0", HOLDER_PID: "90210"}
+OWNER_OF = {TRAINER_PID: "uid-t", NOTEBOOK_PID: "uid-n", HOLDER_PID: "90210"}
+"""Pods are accounted by uid (their names carried)."""
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +60,9 @@ def assert_counters(got: dict[str, dict[str, float]], want: dict[str, dict[str, 
     ("gpu", "holders"),
     [
         ({}, []),  # nobody holds the GPU: its time is unallocated capacity
-        ({**TRAINER}, ["ml/trainer-0"]),  # the trainer's pod holds it (PodResources, one pod)
-        ({"gputally.k8s.pods": ["ml/jupyter-bob-0", "ml/trainer-0"]}, ["ml/jupyter-bob-0", "ml/trainer-0"]),  # shared
+        ({**TRAINER}, ["uid-t"]),  # the trainer's pod holds it (PodResources, one pod)
+        ({"gputally.k8s.pods": ["uid-n", "uid-t"],
+          "gputally.k8s.pod.uids": ["ml/jupyter-bob-0/uid-n", "ml/trainer-0/uid-t"]}, ["uid-n", "uid-t"]),  # shared
     ],
     ids=["unallocated", "trainer-holds-it", "time-sliced"],
 )
@@ -89,7 +91,7 @@ def test_what_the_recording_says_in_words(requests: list[Any]) -> None:
     rt = runtime(end_after=3600)
     feed(rt, attributed(requests, TRAINER))
     got = counters_of(emitted(rt))
-    trainer, notebook, holder = got["ml/trainer-0"], got["ml/jupyter-bob-0"], got["90210"]
+    trainer, notebook, holder = got["uid-t"], got["uid-n"], got["90210"]
     assert trainer["busy"] > 10 * notebook["busy"] > 0  # ~90 % vs ~10 % of SM time while both ran
     assert holder["busy"] == 0 and holder["energy"] == 0 and holder["allocated"] == 0  # holds memory, computes nothing
     assert holder["peak"] == 3_055_550_464 and notebook["peak"] == 6_647_971_840
@@ -101,7 +103,7 @@ def test_the_gpu_holder_is_charged_at_its_price(requests: list[Any]) -> None:
                  default_price_per_gpu_hour=1.0, energy_price_per_kwh=0.2)
     feed(rt, attributed(requests, TRAINER))
     got = counters_of(emitted(rt))
-    trainer = got["ml/trainer-0"]
+    trainer = got["uid-t"]
     assert math.isclose(trainer["cost"], trainer["allocated"] / 3600 * 3.6 + trainer["energy"] / 3.6e6 * 0.2)
     assert math.isclose(got["90210"]["cost"], 0.0)  # allocated nothing, used no energy
 
@@ -137,10 +139,10 @@ async def test_dcgm_exporter_data_gives_the_same_gpu_counters(requests: list[Any
     probe = runtime(end_after=3600)  # the probe's GPU resources alone: dcgm-exporter has no process list
     feed(probe, [with_attributes(gpus_only(r), processes={}, gpu=TRAINER) for r in requests])
     want = counters_of(emitted(probe))
-    assert set(got) == set(want) == {"ml/trainer-0"}
+    assert set(got) == set(want) == {"uid-t"}
     for name in ("allocated", "busy", "idle", "energy"):
-        assert math.isclose(got["ml/trainer-0"][name], want["ml/trainer-0"][name], rel_tol=1e-9), name
-    assert got["ml/trainer-0"]["peak"] == 1000 * 2**20  # dcgm's FB_USED, in MiB, is the holder's memory
+        assert math.isclose(got["uid-t"][name], want["uid-t"][name], rel_tol=1e-9), name
+    assert got["uid-t"]["peak"] == 1000 * 2**20  # dcgm's FB_USED, in MiB, is the holder's memory
 
 
 def test_notebook_that_stopped_gets_its_summary(requests: list[Any]) -> None:
@@ -156,11 +158,11 @@ def test_notebook_that_stopped_gets_its_summary(requests: list[Any]) -> None:
                  {kv.key: kv.value for kv in r.body.kvlist_value.values}
                  for rl, r in records if r.event_name == "gputally.usage.summary"}
     # The notebook left before the seventh reading; the holder and trainer are still there at the end.
-    assert set(summaries) == {"ml/jupyter-bob-0"}
-    notebook = summaries["ml/jupyter-bob-0"]
+    assert set(summaries) == {"uid-n"}
+    notebook = summaries["uid-n"]
     notes = [v.string_value for v in notebook["notes"].array_value.values]
     series = readings(requests)
-    busy = expected(series, owner_of=OWNER_OF.__getitem__, holders=["ml/trainer-0"])["ml/jupyter-bob-0"]["busy"]
+    busy = expected(series, owner_of=OWNER_OF.__getitem__, holders=["uid-t"])["uid-n"]["busy"]
     present = sum((b.time_ns - a.time_ns) / 1e9 for a, b in zip(series, series[1:]) if NOTEBOOK_PID in b.processes)
     limit = series[0].memory_limit / 2**30
     assert notes == [f"mean utilization {busy / present * 100:.0f} % on 1 GPU", f"peak memory 6 GiB of {limit:.0f} GiB"]

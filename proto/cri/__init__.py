@@ -1,0 +1,1 @@
+"""The container runtime interface, CRI (see ``v1/api.proto``)."""
