@@ -123,5 +123,7 @@ def test_the_amd_and_gaudi_replay_commands_run_as_written() -> None:
 def test_the_tour_starts_with_the_demo() -> None:
     (block,) = _sh_blocks("A two-minute tour")
     assert block.startswith("make demo ") and "gputally demo" in block
-    plan = subprocess.run(["make", "-n", "demo"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    # --no-print-directory: run under `make test`, make -n would name the directory it enters
+    plan = subprocess.run(["make", "--no-print-directory", "-n", "demo"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout
     assert plan.rstrip().endswith("/gputally demo")  # tests/demo/test_demo.py runs the command itself

@@ -368,7 +368,7 @@ def test_the_dashboards_draw_from_the_real_queries(fed: Fed, tmp_path: Path) -> 
 
     out = DOCS_IMAGES if os.environ.get("GPUTALLY_DOCS_IMAGES") == "1" else tmp_path
     out.mkdir(parents=True, exist_ok=True)
-    trainer = f"{fed.scene.namespace}/trainer-0"
+    trainer = fed.scene.trainer_uid  # a pod's owner id is its uid
     chosen = {"chargeback": {"currency": "USD"}, "fleet": {}, "node": {"host_name": fed.scene.node},
               "workload": {"owner_kind": fed.kinds[trainer], "owner_id": trainer}}
     for name, picks in chosen.items():
