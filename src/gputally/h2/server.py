@@ -80,7 +80,8 @@ class Method:
 
 
 class _Call:
-    __slots__ = ("encoding", "held", "method", "metadata", "parts", "size", "task", "timeout")
+    __slots__ = ("deadline", "encoding", "expired", "held", "method", "metadata", "parts", "size", "task",
+                 "timeout")
 
     def __init__(self, method: Method, encoding: str | None, timeout: float | None, metadata: Metadata) -> None:
         self.method = method
@@ -92,6 +93,10 @@ class _Call:
         self.held = 0
         """Of ``size``, the bytes counted against the connection's and the process's budgets."""
         self.task: asyncio.Task[None] | None = None
+        self.deadline: float | None = None
+        """The loop time its handler must answer by (``timeout`` after it started), while it runs."""
+        self.expired = False
+        """The deadline passed and the handler was cancelled for it."""
 
 
 class _Budget:
@@ -110,6 +115,8 @@ class _ServerConnection(Connection):
         self._last_stream = 0
         self._draining = False
         self._buffered = 0
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._deadline_at = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -240,6 +247,9 @@ class _ServerConnection(Connection):
 
     def _on_closed(self, exc: Exception | None) -> None:
         self._silent.cancel()
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
         self._server._connections.discard(self)
         for call in self._calls.values():
             self._release(call)
@@ -266,14 +276,18 @@ class _ServerConnection(Connection):
             self._maybe_close()
 
     def _dispatch(self, stream_id: int, call: _Call) -> None:
-        body = call.parts[0] if len(call.parts) == 1 else b"".join(call.parts)
+        parts = call.parts
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
         self._release(call)
         call.task = asyncio.get_running_loop().create_task(self._run(stream_id, call, body))
 
     async def _run(self, stream_id: int, call: _Call, body: bytes) -> None:
         try:
             try:
-                request = await self._message(call, body)
+                request = self._message(call, body)
+                del body  # a gzip request's inflating (in a thread, maybe) holds only its payload
+                if isinstance(request, Inflater):
+                    request = await self._inflate(request)
             except MessageTooLarge as exc:
                 raise GrpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc).capitalize()) from exc
             except ValueError as exc:
@@ -290,11 +304,18 @@ class _ServerConnection(Connection):
             if call.timeout is None:
                 response = await answer
             else:
+                self._start_deadline(call)
                 try:
-                    async with asyncio.timeout(call.timeout):
-                        response = await answer
-                except TimeoutError:
+                    response = await answer
+                except asyncio.CancelledError:
+                    if not call.expired:
+                        raise
+                    task = asyncio.current_task()
+                    if task is not None:
+                        task.uncancel()  # the deadline's own cancel, answered here (as asyncio.timeout does)
                     raise GrpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+                finally:
+                    call.deadline = None
             if self._calls.pop(stream_id, None) is not None:
                 self.send(stream_id, _RESPONSE, message(response), _OK)
         except GrpcError as error:
@@ -310,21 +331,61 @@ class _ServerConnection(Connection):
         finally:
             self._maybe_close()
 
-    async def _message(self, call: _Call, body: bytes) -> bytes | int:
-        """The request message, inflated if gzip: at most ``INLINE_INFLATE`` bytes of it on the
-        event loop, the rest in a thread (zlib lets go of the GIL). Only its size when it is
-        larger than the method's ``max_request`` and the method has a ``too_large`` answer."""
+    def _start_deadline(self, call: _Call) -> None:
+        """Bound the call's handler by its ``grpc-timeout``. One timer per connection, armed
+        for the earliest deadline only: calls with the same timeout, one after another, arm
+        it once per timeout instead of creating and cancelling a timer each (asyncio.timeout
+        costs about as much as the rest of the call's own work)."""
+        loop = asyncio.get_running_loop()
+        assert call.timeout is not None
+        deadline = call.deadline = loop.time() + call.timeout
+        call.expired = False
+        timer = self._deadline_timer
+        if timer is None or deadline < self._deadline_at:
+            if timer is not None:
+                timer.cancel()
+            self._deadline_at = deadline
+            self._deadline_timer = loop.call_at(deadline, self._on_deadline)
+
+    def _on_deadline(self) -> None:
+        """The earliest deadline came: cancel every handler past its own, re-arm for the next."""
+        self._deadline_timer = None
+        loop = asyncio.get_running_loop()
+        now = max(loop.time(), self._deadline_at)  # the loop runs a timer up to its resolution early
+        earliest: float | None = None
+        for call in self._calls.values():
+            deadline = call.deadline
+            if deadline is None:
+                continue
+            if deadline <= now:
+                call.deadline = None
+                call.expired = True
+                if call.task is not None:
+                    call.task.cancel()
+            elif earliest is None or deadline < earliest:
+                earliest = deadline
+        if earliest is not None:
+            self._deadline_at = earliest
+            self._deadline_timer = loop.call_at(earliest, self._on_deadline)
+
+    def _message(self, call: _Call, body: bytes) -> bytes | int | Inflater:
+        """The request message, or an :class:`Inflater` for a gzip one (:meth:`_inflate`); only
+        its size when it is larger than the method's ``max_request`` and the method has a
+        ``too_large`` answer."""
         limit = self._server._message_limit
         payload, compressed = split_message(body, call.encoding, limit)
         method = call.method
         keep = method.max_request if method.max_request is not None and method.too_large is not None else limit
         if not compressed:
             return payload if len(payload) <= keep else len(payload)
-        inflater = Inflater(payload, keep=keep, limit=limit)
-        del payload, body
+        return Inflater(payload, keep=keep, limit=limit)
+
+    async def _inflate(self, inflater: Inflater) -> bytes | int:
+        """A gzip request inflated: at most ``INLINE_INFLATE`` bytes of it on the event loop,
+        the rest in a thread (zlib lets go of the GIL)."""
         inflater.run(INLINE_INFLATE)
         if not inflater.done:
-            await asyncio.to_thread(inflater.run, limit + 1)
+            await asyncio.to_thread(inflater.run, self._server._message_limit + 1)
         message = inflater.message
         return inflater.size if message is None else message
 
