@@ -95,7 +95,8 @@ class Connection(Core, asyncio.Protocol):
         self._last_read = time.monotonic()
         try:
             self.receive(data)
-            self._pump_input()
+            if self.input_held:
+                self._pump_input()
         except Exception as exc:  # a bug, not the peer's fault: close this connection, never the loop
             log.error("HTTP/2 connection from %s failed on its input: %r", self.peer, exc, exc_info=True)
             self._fail(ProtocolError(ErrorCode.INTERNAL_ERROR, "internal error"))
@@ -132,10 +133,12 @@ class Connection(Core, asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return
-        data = self.data_to_send()
-        if data and not transport.is_closing():
-            transport.write(data)
-        if not transport.get_write_buffer_size():
+        if self._out:
+            data = self.data_to_send()
+            if not transport.is_closing():
+                transport.write(data)
+        # answers owed start from 0 once the peer took all (nothing to reset while none is owed)
+        if self._control_queued and not transport.get_write_buffer_size():
             self.output_drained()
 
     def _terminate(self) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 import re
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from itertools import chain
 from typing import cast
@@ -80,6 +80,8 @@ _PADDED = int(Flag.PADDED)
 _PRIORITY = int(Flag.PRIORITY)
 _ACK = int(Flag.ACK)
 _DATA, _HEADERS, _CONTINUATION = int(Type.DATA), int(Type.HEADERS), int(Type.CONTINUATION)
+_WINDOW_UPDATE, _SETTINGS, _PING = int(Type.WINDOW_UPDATE), int(Type.SETTINGS), int(Type.PING)
+_RST_STREAM, _PRIORITY_FRAME, _GOAWAY = int(Type.RST_STREAM), int(Type.PRIORITY), int(Type.GOAWAY)
 
 
 class StreamState(enum.IntEnum):
@@ -94,6 +96,7 @@ class StreamState(enum.IntEnum):
 
 _OPEN, _HALF_LOCAL, _HALF_REMOTE = int(StreamState.OPEN), int(StreamState.HALF_CLOSED_LOCAL), int(
     StreamState.HALF_CLOSED_REMOTE)
+_CLOSED = int(StreamState.CLOSED)
 # How a closed stream closed, which decides what a late frame on it is (RFC 9113 section 5.1).
 _RESET_SENT, _RESET_RECEIVED, _ENDED = 1, 2, 3
 
@@ -170,7 +173,9 @@ class Core:
         self._checked: dict[int, int] = {}  # id of a remembered request's headers -> its check
         self._streams: dict[int, Stream] = {}
         self._blocked: dict[int, Stream] = {}
-        self._closed_streams: dict[int, int] = {}  # recently closed stream -> how (_RESET_SENT...)
+        # recently closed stream -> how (_RESET_SENT...), oldest first (popitem(last=False) is O(1),
+        # where deleting a dict's first key leaves a hole each next iter() must skip)
+        self._closed_streams: OrderedDict[int, int] = OrderedDict()
         self._closed_memory = 4 * limits.max_concurrent_streams + 64
         # a header block awaiting CONTINUATION: stream, HEADERS flags, parts, bytes, frames, stream error
         self._block: tuple[int, int, list[bytes], int, int, str | None] | None = None
@@ -197,7 +202,6 @@ class Core:
         self._out: list[bytes] = []
         self._out_size = 0
         self._control_queued = 0
-        self._receiving = False
         self.input_held = False
         """Parsing stopped with whole frames unread, because the output owed is full."""
         self.send_paused = False
@@ -249,7 +253,6 @@ class Core:
 
     def _parse(self) -> None:
         buffer = self._buffer
-        self._receiving = True
         try:
             consumed = self._frames(buffer)
         except ProtocolError as exc:
@@ -262,8 +265,6 @@ class Core:
         except hpack.HeaderError as exc:
             self._fail(ProtocolError(ErrorCode.COMPRESSION_ERROR, f"undecodable header block: {exc}"))
             return
-        finally:
-            self._receiving = False
         try:
             del buffer[:consumed]
         except BufferError:  # a view of it still lives somewhere: start a new buffer instead
@@ -356,11 +357,11 @@ class Core:
 
     def _control(self, kind: int, stream_id: int, flags: int, payload: memoryview) -> None:
         length = len(payload)
-        if kind == Type.WINDOW_UPDATE:
+        if kind == _WINDOW_UPDATE:
             self._window_update(stream_id, payload)
-        elif kind == Type.SETTINGS:
+        elif kind == _SETTINGS:
             self._settings(stream_id, flags, payload)
-        elif kind == Type.PING:
+        elif kind == _PING:
             if stream_id:
                 raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "PING on a stream")
             if length != 8:
@@ -369,16 +370,16 @@ class Core:
                 self._on_ping_ack(bytes(payload))
             else:
                 self._write_control(frame(Type.PING, _ACK, 0, payload))
-        elif kind == Type.RST_STREAM:
+        elif kind == _RST_STREAM:
             self._rst_stream(stream_id, payload)
-        elif kind == Type.PRIORITY:
+        elif kind == _PRIORITY_FRAME:
             if not stream_id:
                 raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0")
             if length != 5:
                 raise StreamError(stream_id, ErrorCode.FRAME_SIZE_ERROR, "a PRIORITY not of 5 bytes")
             if read_u32(payload) == stream_id:
                 raise StreamError(stream_id, ErrorCode.PROTOCOL_ERROR, "a stream depending on itself")
-        elif kind == Type.GOAWAY:
+        elif kind == _GOAWAY:
             if stream_id:
                 raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "GOAWAY on a stream")
             if length < 8:
@@ -704,13 +705,18 @@ class Core:
         return stream
 
     def _close_stream(self, stream: Stream, how: int) -> None:
-        if self._streams.pop(stream.id, None) is None:
+        stream_id = stream.id
+        if self._streams.pop(stream_id, None) is None:
             return
-        stream.state = StreamState.CLOSED
+        stream.state = _CLOSED
         if not stream.local:
             self._active_peer -= 1
-        self._unblock(stream.id)
-        self._remember_closed(stream.id, how)
+        if self._blocked:
+            self._unblock(stream_id)
+        closed = self._closed_streams
+        closed[stream_id] = how
+        if len(closed) > self._closed_memory:
+            closed.popitem(last=False)
         if not self._streams:
             self.idle_since = self._clock()
 
@@ -718,7 +724,7 @@ class Core:
         closed = self._closed_streams
         closed[stream_id] = how
         if len(closed) > self._closed_memory:
-            del closed[next(iter(closed))]
+            closed.popitem(last=False)
 
     def _forget(self, stream_id: int) -> None:
         """Close a stream without a word to the peer (it ended, or we no longer care)."""
@@ -750,13 +756,13 @@ class Core:
         stream = self._streams.get(stream_id)
         if stream is None or stream.state == _HALF_LOCAL or self.closed:
             return  # reset or closed meanwhile: nothing to say any more
-        parts: list[tuple[bool, bytes | memoryview]] = [(True, block) for block in (headers,) if block is not None]
+        pending = stream.pending
+        if headers is not None:
+            pending.append((True, headers, end_stream and data is None and trailers is None))
         if data is not None:
-            parts.append((False, data))
+            pending.append((False, data, end_stream and trailers is None))
         if trailers is not None:
-            parts.append((True, trailers))
-        for index, (is_headers, payload) in enumerate(parts):
-            stream.pending.append((is_headers, payload, end_stream and index == len(parts) - 1))
+            pending.append((True, trailers, end_stream))
         self._flush(stream)
         self._output_ready()
 
@@ -792,6 +798,13 @@ class Core:
                 ended = end
                 continue
             size = len(payload)
+            if 0 < size <= frame_size and size <= self._send_window and size <= stream.window:
+                out.append(frame(_DATA, _END_STREAM if end else 0, sid, payload))  # one frame: most answers
+                self._send_window -= size
+                stream.window -= size
+                pending.popleft()
+                ended = end
+                continue
             allowed = min(size, self._send_window, stream.window)
             if allowed <= 0 and size:
                 break
@@ -812,7 +825,7 @@ class Core:
                 break
         if pending:
             self._mark_blocked(stream)
-        else:
+        elif self._blocked:
             self._unblock(sid)
         if out:
             self._write(b"".join(out))
