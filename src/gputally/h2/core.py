@@ -109,6 +109,11 @@ _BAD_NAMES = re.compile(r"[^!#$%&'*+\-.^_`|~0-9a-z\x01]")
 _BAD_VALUES = re.compile(r"[\x00\r\n]|(?:^|\x01)[ \t]|[ \t](?:\x01|$)")
 """In values joined by \\x01: NUL, CR, LF, or white space at either end of one (RFC 9113 8.2.1)."""
 _CONNECTION_WORDS = re.compile(r"connection|keep-alive|transfer-encoding|upgrade")
+_MEMO_BLOCKS = 64
+"""Header blocks remembered decoded (:meth:`Core._decode_sized`) at most, per connection..."""
+_MEMO_BYTES = 64 * 1024
+"""...and their bytes and headers' sizes at most, so a peer's large blocks cannot make it hold
+more than this."""
 
 
 class ProtocolError(Exception):
@@ -171,6 +176,7 @@ class Core:
         self._decoder = hpack.Decoder(max_header_list_size=2 * limits.max_header_list_size)
         self._decoded: dict[bytes, tuple[list[tuple[str, str]], int]] = {}
         self._checked: dict[int, int] = {}  # id of a remembered request's headers -> its check
+        self._memo_bytes = 0  # the remembered blocks' bytes and their headers' sizes
         self._streams: dict[int, Stream] = {}
         self._blocked: dict[int, Stream] = {}
         # recently closed stream -> how (_RESET_SENT...), oldest first (popitem(last=False) is O(1),
@@ -556,10 +562,12 @@ class Core:
     def _decode_sized(self, block: bytes) -> tuple[list[tuple[str, str]], int]:
         """The headers of a block (a list the caller must not change) and their RFC 7541 size.
 
-        A block made only of one-byte indexed fields (every byte 0x80-0xFE) reads the peer's
-        table without changing it, so while nothing else was decoded since, the same bytes
-        mean the same headers: such blocks, the steady state of a peer's repeated calls, are
-        remembered instead of decoded again (~14 us each through hpack). Any other block may
+        A block made only of indexed fields and literals that are not to be indexed reads the
+        peer's table without changing it, so while nothing else was decoded since, the same
+        bytes mean the same headers: such blocks, the steady state of a peer's repeated calls
+        (an indexing encoder's, such as Go's and gRPC core's, once its table holds the call's
+        fields; a literal-only one's, such as gputally's, from the first call), are remembered
+        instead of decoded again (~14 us and more each through hpack). Any other block may
         change the table and forgets them all.
         """
         known = self._decoded.get(block)
@@ -568,15 +576,23 @@ class Core:
         # hpack gives (str, str) tuples unless asked for raw bytes.
         headers = cast(list[tuple[str, str]], self._decoder.decode(block))
         sized = headers, 32 * len(headers) + sum(map(len, chain.from_iterable(headers)))
-        if block and min(block) >= 0x80 and 0xFF not in block:
-            if len(self._decoded) >= 64:
-                self._decoded.clear()
-                self._checked.clear()
+        # one-byte indexed fields only (every byte 0x80-0xFE), or a walk of the representations
+        if block and ((min(block) >= 0x80 and 0xFF not in block) or hpack.leaves_table(block)):
+            cost = sized[1] + len(block)
+            if cost > _MEMO_BYTES:
+                return sized  # too large to keep; the table did not change
+            if len(self._decoded) >= _MEMO_BLOCKS or self._memo_bytes + cost > _MEMO_BYTES:
+                self._forget_decoded()
             self._decoded[block] = sized
+            self._memo_bytes += cost
         elif self._decoded:
-            self._decoded.clear()
-            self._checked.clear()
+            self._forget_decoded()
         return sized
+
+    def _forget_decoded(self) -> None:
+        self._decoded.clear()
+        self._checked.clear()
+        self._memo_bytes = 0
 
     def _window_update(self, stream_id: int, payload: memoryview) -> None:
         if len(payload) != 4:
