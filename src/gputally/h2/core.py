@@ -234,9 +234,15 @@ class Core:
         """Take the peer's bytes: handle every whole frame (until the output owed is full)."""
         if self.closed:
             return
-        self._buffer += data
-        if not self.input_held:
-            self._parse()
+        if self._buffer or self.input_held:
+            self._buffer += data
+            if not self.input_held:
+                self._parse()
+            return
+        # Nothing left over from earlier reads (the usual case): the frames are read from
+        # ``data`` itself and only what follows the last whole one is kept, one copy of each
+        # request less.
+        self._parse(data)
 
     def resume_input(self) -> None:
         """The output was drained: go on with frames left unread."""
@@ -257,10 +263,11 @@ class Core:
         """The peer took everything written: answers owed are counted from 0 again."""
         self._control_queued = 0
 
-    def _parse(self) -> None:
+    def _parse(self, data: bytes | None = None) -> None:
+        """Handle the whole frames of the buffer, or of ``data`` when the buffer is empty."""
         buffer = self._buffer
         try:
-            consumed = self._frames(buffer)
+            consumed = self._frames(buffer if data is None else data)
         except ProtocolError as exc:
             self._fail(exc)
             return
@@ -271,10 +278,13 @@ class Core:
         except hpack.HeaderError as exc:
             self._fail(ProtocolError(ErrorCode.COMPRESSION_ERROR, f"undecodable header block: {exc}"))
             return
-        try:
-            del buffer[:consumed]
-        except BufferError:  # a view of it still lives somewhere: start a new buffer instead
-            self._buffer = bytearray(buffer[consumed:])
+        if data is None:
+            try:
+                del buffer[:consumed]
+            except BufferError:  # a view of it still lives somewhere: start a new buffer instead
+                self._buffer = bytearray(buffer[consumed:])
+        elif consumed < len(data) and not self.closed:
+            buffer += memoryview(data)[consumed:]
         self._output_ready()
 
     # what subclasses implement
@@ -313,7 +323,7 @@ class Core:
 
     # receiving
 
-    def _frames(self, buffer: bytearray) -> int:
+    def _frames(self, buffer: bytes | bytearray) -> int:
         """Handle whole frames in ``buffer``; the bytes consumed."""
         pos = 0
         if self._awaiting_preface:
