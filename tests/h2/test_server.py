@@ -152,6 +152,25 @@ async def test_every_call_gets_its_own_deadline(server: tuple[Server, int], hand
     client.close()
 
 
+async def test_a_repeated_request_block_is_read_alike_every_call(server: tuple[Server, int],
+                                                                  handlers: Handlers) -> None:
+    """The same block bytes (here literal-only, so the server remembers them) give every call
+    the same method, metadata and timeout; one that was refused is refused again."""
+    server_, port = server
+    client = await Hostile.open(port)
+    for stream in (1, 3, 5):
+        handlers.metadata = ()
+        client.request(stream, b"abc", extra=(("x-tenant", "a"), ("x-raw-bin", "AP8"), ("grpc-timeout", "5S")))
+        assert (await client.answer(stream))["grpc-status"] == "0"
+        assert handlers.metadata == (("x-tenant", "a"), ("x-raw-bin", b"\x00\xff"))
+    (connection,) = server_._connections
+    assert len(connection._requests) == 1
+    for stream in (7, 9):
+        client.request(stream, path="/test.Echo/Nope")
+        assert (await client.answer(stream))["grpc-status"] == "12"  # UNIMPLEMENTED
+    client.close()
+
+
 async def test_server_streaming(server: tuple[Server, int]) -> None:
     _, port = server
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:

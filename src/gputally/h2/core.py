@@ -600,9 +600,15 @@ class Core:
         return sized
 
     def _forget_decoded(self) -> None:
+        """The peer's table changed (or the memo is full): forget every remembered block."""
         self._decoded.clear()
         self._checked.clear()
         self._memo_bytes = 0
+
+    def _is_remembered(self, headers: list[tuple[str, str]]) -> bool:
+        """Whether the header list of the peer's request now handled is a remembered one: the
+        same object comes back for the same bytes until :meth:`_forget_decoded`."""
+        return id(headers) in self._checked
 
     def _window_update(self, stream_id: int, payload: memoryview) -> None:
         if len(payload) != 4:

@@ -99,6 +99,10 @@ class _Call:
         """The deadline passed and the handler was cancelled for it."""
 
 
+_Request = tuple[list[tuple[str, str]], Method, str | None, float | None, Metadata]
+"""A request's headers, method, grpc-encoding, grpc-timeout and custom metadata."""
+
+
 class _Budget:
     """Request bytes held for handlers not started yet, across every server of the process."""
 
@@ -117,6 +121,10 @@ class _ServerConnection(Connection):
         self._buffered = 0
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._deadline_at = 0.0
+        self._requests: dict[int, _Request] = {}
+        """What a header list the core remembers asked for, by the list's id (the entry holds
+        the list, so the id stays its own): the same block's next call reads no field again.
+        Forgotten with the core's memo, so it is as bounded."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -154,28 +162,44 @@ class _ServerConnection(Connection):
         if self._draining:
             self.reset(stream_id, ErrorCode.REFUSED_STREAM)
             return
+        known = self._requests.get(id(headers))
+        if known is None or known[0] is not headers:
+            known = self._request(stream_id, headers)
+            if known is None:
+                return
+            if self._is_remembered(headers):
+                self._requests[id(headers)] = known
+        _, method, encoding, timeout, metadata = known
+        call = self._calls[stream_id] = _Call(method, encoding, timeout, metadata)
+        if end_stream:
+            self._dispatch(stream_id, call)
+
+    def _request(self, stream_id: int, headers: list[tuple[str, str]]) -> _Request | None:
+        """What a request's headers ask for (None when they were answered with an error)."""
         fields = dict(headers)
         if fields.get(":method") != "POST":
             self._http_error(stream_id, "405")
-            return
+            return None
         if not fields.get("content-type", "").startswith("application/grpc"):
             self._http_error(stream_id, "415")
-            return
+            return None
         path = fields[":path"]
         method = self._server._methods.get(path)
         if method is None:
             shown = path if len(path) <= 100 else path[:100] + "..."  # an echo must not amplify
             self._answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {shown}")
-            return
+            return None
         encoding = fields.get("grpc-encoding")
         if encoding not in (None, "identity", "gzip"):
             self._answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED,
                                 f"grpc-encoding {encoding[:32]} is not supported", (("grpc-accept-encoding", _ACCEPT),))
-            return
+            return None
         timeout = parse_timeout(fields["grpc-timeout"]) if "grpc-timeout" in fields else None
-        call = self._calls[stream_id] = _Call(method, encoding, timeout, decode_metadata(headers))
-        if end_stream:
-            self._dispatch(stream_id, call)
+        return headers, method, encoding, timeout, decode_metadata(headers)
+
+    def _forget_decoded(self) -> None:
+        super()._forget_decoded()
+        self._requests.clear()
 
     def _on_headers_too_large(self, stream_id: int, size: int, end_stream: bool) -> None:
         self._last_stream = stream_id
