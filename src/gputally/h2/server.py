@@ -119,8 +119,6 @@ class _ServerConnection(Connection):
         self._last_stream = 0
         self._draining = False
         self._buffered = 0
-        self._deadline_timer: asyncio.TimerHandle | None = None
-        self._deadline_at = 0.0
         self._requests: dict[int, _Request] = {}
         """What a header list the core remembers asked for, by the list's id (the entry holds
         the list, so the id stays its own): the same block's next call reads no field again.
@@ -271,9 +269,6 @@ class _ServerConnection(Connection):
 
     def _on_closed(self, exc: Exception | None) -> None:
         self._silent.cancel()
-        if self._deadline_timer is not None:
-            self._deadline_timer.cancel()
-            self._deadline_timer = None
         self._server._connections.discard(self)
         for call in self._calls.values():
             self._release(call)
@@ -356,26 +351,14 @@ class _ServerConnection(Connection):
             self._maybe_close()
 
     def _start_deadline(self, call: _Call) -> None:
-        """Bound the call's handler by its ``grpc-timeout``. One timer per connection, armed
-        for the earliest deadline only: calls with the same timeout, one after another, arm
-        it once per timeout instead of creating and cancelling a timer each (asyncio.timeout
-        costs about as much as the rest of the call's own work)."""
-        loop = asyncio.get_running_loop()
+        """Bound the call's handler by its ``grpc-timeout`` (the connection's deadline timer)."""
         assert call.timeout is not None
-        deadline = call.deadline = loop.time() + call.timeout
+        call.deadline = asyncio.get_running_loop().time() + call.timeout
         call.expired = False
-        timer = self._deadline_timer
-        if timer is None or deadline < self._deadline_at:
-            if timer is not None:
-                timer.cancel()
-            self._deadline_at = deadline
-            self._deadline_timer = loop.call_at(deadline, self._on_deadline)
+        self._arm_deadline(call.deadline)
 
-    def _on_deadline(self) -> None:
-        """The earliest deadline came: cancel every handler past its own, re-arm for the next."""
-        self._deadline_timer = None
-        loop = asyncio.get_running_loop()
-        now = max(loop.time(), self._deadline_at)  # the loop runs a timer up to its resolution early
+    def _expire(self, now: float) -> float | None:
+        """Cancel every handler past its deadline (it answers DEADLINE_EXCEEDED)."""
         earliest: float | None = None
         for call in self._calls.values():
             deadline = call.deadline
@@ -388,9 +371,7 @@ class _ServerConnection(Connection):
                     call.task.cancel()
             elif earliest is None or deadline < earliest:
                 earliest = deadline
-        if earliest is not None:
-            self._deadline_at = earliest
-            self._deadline_timer = loop.call_at(earliest, self._on_deadline)
+        return earliest
 
     def _message(self, call: _Call, body: bytes) -> bytes | int | Inflater:
         """The request message, or an :class:`Inflater` for a gzip one (:meth:`_inflate`); only
