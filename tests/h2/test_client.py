@@ -219,6 +219,50 @@ async def test_goaway_sends_new_calls_to_a_new_connection() -> None:
         server.close()
 
 
+async def test_every_call_ends_by_its_own_deadline() -> None:
+    """One deadline timer per connection: a call with an earlier deadline started after one
+    with a later deadline ends first, each ends DEADLINE_EXCEEDED with its stream cancelled, a
+    call answered in time is answered, and a call after the timer fired gets a fresh one."""
+    def script(peer: Peer, stream: int, headers: list[tuple[str, str]]) -> None:
+        if stream == 5:
+            peer.answer(stream, b"in time")
+
+    server, port, peers = await scripted(script)
+    channel = Channel(f"127.0.0.1:{port}")
+    loop = asyncio.get_running_loop()
+    ended: dict[str, float] = {}
+
+    async def call(name: str, timeout: float) -> bytes:
+        try:
+            return await channel.unary(PATH, name.encode(), timeout=timeout)
+        finally:
+            ended[name] = loop.time() - started
+
+    try:
+        await channel.connect()
+        started = loop.time()
+        slow = asyncio.ensure_future(call("slow", 1.0))
+        await asyncio.sleep(0)
+        quick = asyncio.ensure_future(call("quick", 0.1))
+        await asyncio.sleep(0)
+        assert await call("answered", 1.0) == b"in time"
+        for late in (quick, slow):
+            with pytest.raises(GrpcError) as exceeded:
+                await late
+            assert exceeded.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert 0.09 <= ended["quick"] < ended["slow"] and ended["slow"] >= 0.99
+        await asyncio.sleep(0.05)
+        resets = [stream for kind, stream, _ in peers[0].frames if kind == Type.RST_STREAM]
+        assert resets == [3, 1]  # CANCEL, in the order the deadlines passed
+        started = loop.time()
+        with pytest.raises(GrpcError) as again:
+            await call("again", 0.1)
+        assert again.value.code == grpc.StatusCode.DEADLINE_EXCEEDED and ended["again"] >= 0.09
+    finally:
+        await channel.close()
+        server.close()
+
+
 async def test_calls_the_server_never_started_are_unavailable() -> None:
     def script(peer: Peer, stream: int, headers: list[tuple[str, str]]) -> None:
         if stream == 3:

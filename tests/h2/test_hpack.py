@@ -1,5 +1,5 @@
-"""Header blocks: the literal-only encoder, and the decoder's memo of indexed-only blocks,
-which must follow the peer's dynamic table exactly."""
+"""Header blocks: the literal-only encoder, and the decoder's memo of blocks that leave the
+peer's dynamic table as it was, which must follow that table exactly."""
 
 from __future__ import annotations
 
@@ -46,6 +46,64 @@ def test_memoised_decoding_equals_plain_decoding(blocks: list[list[tuple[str, st
     for headers in blocks:
         block = peer.encode(headers)
         assert [tuple(h) for h in connection._decode(block)] == [tuple(h) for h in plain.decode(block)]
+
+
+FIELDS = st.lists(st.tuples(st.sampled_from(["x-a", "x-b", "grpc-status", "content-type", ":path"]),
+                            st.sampled_from(["0", "1", "application/grpc", "v" * 200])), max_size=5)
+WAYS = st.sampled_from(["indexing", "indexing, huffman", "never indexed", "literal-only"])
+
+
+def _encode(peer: hpack.Encoder, headers: list[tuple[str, str]], way: str) -> bytes:
+    if way == "literal-only":
+        return encoder.encode(headers)
+    if way == "never indexed":
+        return peer.encode([hpack.NeverIndexedHeaderTuple(name, value) for name, value in headers])
+    return peer.encode(headers, huffman=way.endswith("huffman"))
+
+
+@given(st.lists(st.tuples(FIELDS, WAYS), max_size=30))
+def test_leaves_table_only_says_so_of_blocks_that_leave_it(blocks: list[tuple[list[tuple[str, str]], str]]) -> None:
+    peer, decoder = hpack.Encoder(), hpack.Decoder()
+    peer.header_table_size = 256  # entries are evicted and indices shift; the first block updates the size
+    for headers, way in blocks:
+        block = _encode(peer, headers, way)
+        before = list(decoder.header_table.dynamic_entries)
+        decoder.decode(block)
+        if encoder.leaves_table(block):
+            assert list(decoder.header_table.dynamic_entries) == before
+        elif way == "literal-only":
+            raise AssertionError(f"a literal-only block said to change the table: {block.hex()}")
+
+
+@given(st.lists(st.tuples(FIELDS, WAYS), max_size=30))
+def test_memoised_decoding_equals_plain_decoding_for_every_representation(
+        blocks: list[tuple[list[tuple[str, str]], str]]) -> None:
+    """Indexed fields, literals with and without indexing, never indexed, huffman or not, and
+    gputally's literal-only blocks, repeated: the memo never gives other headers than a fresh
+    decoder would."""
+    peer = hpack.Encoder()
+    peer.header_table_size = 256
+    connection, plain = Connection(), hpack.Decoder()
+    for headers, way in blocks * 2:
+        block = _encode(peer, headers, way)
+        assert [tuple(h) for h in connection._decode(block)] == [tuple(h) for h in plain.decode(block)]
+
+
+def test_the_memo_is_bounded_in_bytes() -> None:
+    """Literal-only blocks are remembered too, so a peer's large ones must not make a
+    connection hold much: the memo keeps at most 64 KiB of blocks and headers."""
+    connection = Connection()
+    for i in range(200):
+        block = encoder.encode([("x-big", f"{i:05d}" + "v" * 3000)])
+        assert connection._decode(block)[0][1].startswith(f"{i:05d}")
+        assert connection._memo_bytes <= 64 * 1024
+        assert sum(len(b) + size for b, (_, size) in connection._decoded.items()) == connection._memo_bytes
+    small = encoder.encode([("grpc-status", "0")])
+    assert connection._decode(small) == [("grpc-status", "0")]
+    assert small in connection._decoded
+    huge = encoder.encode([("x-huge", "v" * 70_000)])
+    connection._decode(huge)
+    assert huge not in connection._decoded and small in connection._decoded
 
 
 @pytest.mark.parametrize("value", [0, 14, 15, 126, 127, 128, 300, 70_000])

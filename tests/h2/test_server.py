@@ -18,6 +18,7 @@ import pytest
 from gputally.h2 import GrpcError, Metadata, Method, Server
 from gputally.h2 import hpack as encoder
 from gputally.h2.frames import PREFACE, ErrorCode, Flag, Setting, Type, frame, settings, window_update
+from support.hostile import Hostile
 
 ECHO = "/test.Echo/Echo"
 SLOW = "/test.Echo/Slow"
@@ -122,6 +123,52 @@ async def test_deadline_and_cancellation(server: tuple[Server, int], handlers: H
         await asyncio.wait_for(handlers.started.wait(), 5)
         pending.cancel()  # the client's RST_STREAM
         await asyncio.wait_for(handlers.cancelled.wait(), 5)
+
+
+async def test_every_call_gets_its_own_deadline(server: tuple[Server, int], handlers: Handlers) -> None:
+    """One timer per connection serves every call's grpc-timeout: a call with an earlier
+    deadline arriving after one with a later deadline still ends on time, a call answered in
+    time is answered, and a call after the timer fired gets a fresh one."""
+    _, port = server
+    client = await Hostile.open(port)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    client.request(1, path=SLOW, extra=(("grpc-timeout", "1S"),))
+    client.request(3, path=SLOW, extra=(("grpc-timeout", "100m"),))
+    client.request(5, extra=(("grpc-timeout", "1S"),))
+    answered: dict[int, tuple[str, float]] = {}
+    while len(answered) < 3:
+        kind, flags, stream, payload = await client.frame(timeout=5)
+        if kind == Type.HEADERS and flags & Flag.END_STREAM:
+            answered[stream] = dict(client.decoder.decode(payload))["grpc-status"], loop.time() - started
+    assert answered[5][0] == "0"
+    assert answered[3][0] == "4" and 0.09 <= answered[3][1] < answered[1][1]  # DEADLINE_EXCEEDED
+    assert answered[1][0] == "4" and answered[1][1] >= 0.99
+    assert handlers.cancelled.is_set()
+    started = loop.time()
+    client.request(7, path=SLOW, extra=(("grpc-timeout", "100m"),))
+    assert (await client.answer(7))["grpc-status"] == "4"
+    assert loop.time() - started >= 0.09
+    client.close()
+
+
+async def test_a_repeated_request_block_is_read_alike_every_call(server: tuple[Server, int],
+                                                                  handlers: Handlers) -> None:
+    """The same block bytes (here literal-only, so the server remembers them) give every call
+    the same method, metadata and timeout; one that was refused is refused again."""
+    server_, port = server
+    client = await Hostile.open(port)
+    for stream in (1, 3, 5):
+        handlers.metadata = ()
+        client.request(stream, b"abc", extra=(("x-tenant", "a"), ("x-raw-bin", "AP8"), ("grpc-timeout", "5S")))
+        assert (await client.answer(stream))["grpc-status"] == "0"
+        assert handlers.metadata == (("x-tenant", "a"), ("x-raw-bin", b"\x00\xff"))
+    (connection,) = server_._connections
+    assert len(connection._requests) == 1
+    for stream in (7, 9):
+        client.request(stream, path="/test.Echo/Nope")
+        assert (await client.answer(stream))["grpc-status"] == "12"  # UNIMPLEMENTED
+    client.close()
 
 
 async def test_server_streaming(server: tuple[Server, int]) -> None:

@@ -104,10 +104,13 @@ def parse_target(target: str) -> Target:
 
 
 class _Pending:
-    __slots__ = ("body", "future", "headers", "size")
+    __slots__ = ("body", "deadline", "future", "headers", "size")
 
-    def __init__(self, future: asyncio.Future[tuple[GrpcError | None, bytes, str | None]]) -> None:
+    def __init__(self, future: asyncio.Future[tuple[GrpcError | None, bytes, str | None]],
+                 deadline: float | None) -> None:
         self.future = future
+        self.deadline = deadline
+        """The loop time the call ends by (DEADLINE_EXCEEDED), if it has a timeout."""
         self.headers: list[tuple[str, str]] | None = None
         self.body: list[bytes] = []
         self.size = 0
@@ -144,11 +147,14 @@ class _ClientConnection(Connection):
             self._room.clear()
             await self._room.wait()
 
-    def start(self, block: bytes, body: bytes) -> tuple[int, asyncio.Future[tuple[GrpcError | None, bytes, str | None]]]:
+    def start(self, block: bytes, body: bytes, deadline: float | None = None,
+              ) -> tuple[int, asyncio.Future[tuple[GrpcError | None, bytes, str | None]]]:
         stream_id = self._next_stream
         self._next_stream += 2
         future: asyncio.Future[tuple[GrpcError | None, bytes, str | None]] = asyncio.get_running_loop().create_future()
-        self._calls[stream_id] = _Pending(future)
+        self._calls[stream_id] = _Pending(future, deadline)
+        if deadline is not None:
+            self._arm_deadline(deadline)
         self._open(stream_id)
         self.send(stream_id, block, body)
         return stream_id, future
@@ -157,6 +163,17 @@ class _ClientConnection(Connection):
         if self._calls.pop(stream_id, None) is not None:
             self.reset(stream_id, ErrorCode.CANCEL)
             self._freed()
+
+    def _expire(self, now: float) -> float | None:
+        """Calls past their deadline end DEADLINE_EXCEEDED and their streams are cancelled."""
+        late = [stream_id for stream_id, call in self._calls.items()
+                if call.deadline is not None and call.deadline <= now]
+        for stream_id in late:
+            self._calls.pop(stream_id).fail(GrpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
+            self.reset(stream_id, ErrorCode.CANCEL)
+        if late:
+            self._freed()
+        return min((call.deadline for call in self._calls.values() if call.deadline is not None), default=None)
 
     def _on_headers(self, stream_id: int, headers: list[tuple[str, str]], end_stream: bool) -> None:
         call = self._calls.get(stream_id)
@@ -298,31 +315,40 @@ class Channel:
         DEADLINE_EXCEEDED past ``timeout``)."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
+        connection = self._connection
+        if connection is None or not connection.usable or connection.full:
+            # Waits for a connection or for room are bounded here; the answer, by the
+            # connection's deadline timer (no timer of its own for a call that need not wait).
+            try:
+                async with asyncio.timeout_at(deadline):
+                    connection = await self._ready(connection, deadline, wait_for_ready)
+            except TimeoutError:
+                raise GrpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+        block = self._block(path, timeout, metadata, compress)
+        body = message(gzip(request) if compress else request, compressed=compress)
+        stream_id, future = connection.start(block, body, deadline)
         try:
-            async with asyncio.timeout_at(deadline):
-                connection = self._connection
-                if connection is None or not connection.usable:
-                    connection = await self._usable(deadline, wait_for_ready)
-                if connection.full:
-                    await connection.wait_for_room()
-                    if not connection.usable:
-                        connection = await self._usable(deadline, wait_for_ready)
-                block = self._block(path, timeout, metadata, compress)
-                body = message(gzip(request) if compress else request, compressed=compress)
-                stream_id, future = connection.start(block, body)
-                try:
-                    error, raw, encoding = await future
-                except asyncio.CancelledError:
-                    connection.cancel(stream_id)
-                    raise
-        except TimeoutError:
-            raise GrpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+            error, raw, encoding = await future
+        except asyncio.CancelledError:
+            connection.cancel(stream_id)
+            raise
         if error is not None:
             raise error
         try:
             return read_message(raw, encoding, MAX_RESPONSE) if raw else b""
         except ValueError as exc:
             raise GrpcError(grpc.StatusCode.INTERNAL, f"undecodable response: {exc}") from exc
+
+    async def _ready(self, connection: _ClientConnection | None, deadline: float | None,
+                     wait_for_ready: bool) -> _ClientConnection:
+        """A usable connection with room for one more stream."""
+        if connection is None or not connection.usable:
+            connection = await self._usable(deadline, wait_for_ready)
+        if connection.full:
+            await connection.wait_for_room()
+            if not connection.usable:
+                connection = await self._usable(deadline, wait_for_ready)
+        return connection
 
     def _block(self, path: str, timeout: float | None, metadata: Metadata, compress: bool) -> bytes:
         key = (path, timeout, metadata, compress)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 import re
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from itertools import chain
 from typing import cast
@@ -80,6 +80,8 @@ _PADDED = int(Flag.PADDED)
 _PRIORITY = int(Flag.PRIORITY)
 _ACK = int(Flag.ACK)
 _DATA, _HEADERS, _CONTINUATION = int(Type.DATA), int(Type.HEADERS), int(Type.CONTINUATION)
+_WINDOW_UPDATE, _SETTINGS, _PING = int(Type.WINDOW_UPDATE), int(Type.SETTINGS), int(Type.PING)
+_RST_STREAM, _PRIORITY_FRAME, _GOAWAY = int(Type.RST_STREAM), int(Type.PRIORITY), int(Type.GOAWAY)
 
 
 class StreamState(enum.IntEnum):
@@ -94,6 +96,7 @@ class StreamState(enum.IntEnum):
 
 _OPEN, _HALF_LOCAL, _HALF_REMOTE = int(StreamState.OPEN), int(StreamState.HALF_CLOSED_LOCAL), int(
     StreamState.HALF_CLOSED_REMOTE)
+_CLOSED = int(StreamState.CLOSED)
 # How a closed stream closed, which decides what a late frame on it is (RFC 9113 section 5.1).
 _RESET_SENT, _RESET_RECEIVED, _ENDED = 1, 2, 3
 
@@ -106,6 +109,11 @@ _BAD_NAMES = re.compile(r"[^!#$%&'*+\-.^_`|~0-9a-z\x01]")
 _BAD_VALUES = re.compile(r"[\x00\r\n]|(?:^|\x01)[ \t]|[ \t](?:\x01|$)")
 """In values joined by \\x01: NUL, CR, LF, or white space at either end of one (RFC 9113 8.2.1)."""
 _CONNECTION_WORDS = re.compile(r"connection|keep-alive|transfer-encoding|upgrade")
+_MEMO_BLOCKS = 64
+"""Header blocks remembered decoded (:meth:`Core._decode_sized`) at most, per connection..."""
+_MEMO_BYTES = 64 * 1024
+"""...and their bytes and headers' sizes at most, so a peer's large blocks cannot make it hold
+more than this."""
 
 
 class ProtocolError(Exception):
@@ -168,9 +176,12 @@ class Core:
         self._decoder = hpack.Decoder(max_header_list_size=2 * limits.max_header_list_size)
         self._decoded: dict[bytes, tuple[list[tuple[str, str]], int]] = {}
         self._checked: dict[int, int] = {}  # id of a remembered request's headers -> its check
+        self._memo_bytes = 0  # the remembered blocks' bytes and their headers' sizes
         self._streams: dict[int, Stream] = {}
         self._blocked: dict[int, Stream] = {}
-        self._closed_streams: dict[int, int] = {}  # recently closed stream -> how (_RESET_SENT...)
+        # recently closed stream -> how (_RESET_SENT...), oldest first (popitem(last=False) is O(1),
+        # where deleting a dict's first key leaves a hole each next iter() must skip)
+        self._closed_streams: OrderedDict[int, int] = OrderedDict()
         self._closed_memory = 4 * limits.max_concurrent_streams + 64
         # a header block awaiting CONTINUATION: stream, HEADERS flags, parts, bytes, frames, stream error
         self._block: tuple[int, int, list[bytes], int, int, str | None] | None = None
@@ -197,7 +208,6 @@ class Core:
         self._out: list[bytes] = []
         self._out_size = 0
         self._control_queued = 0
-        self._receiving = False
         self.input_held = False
         """Parsing stopped with whole frames unread, because the output owed is full."""
         self.send_paused = False
@@ -224,9 +234,15 @@ class Core:
         """Take the peer's bytes: handle every whole frame (until the output owed is full)."""
         if self.closed:
             return
-        self._buffer += data
-        if not self.input_held:
-            self._parse()
+        if self._buffer or self.input_held:
+            self._buffer += data
+            if not self.input_held:
+                self._parse()
+            return
+        # Nothing left over from earlier reads (the usual case): the frames are read from
+        # ``data`` itself and only what follows the last whole one is kept, one copy of each
+        # request less.
+        self._parse(data)
 
     def resume_input(self) -> None:
         """The output was drained: go on with frames left unread."""
@@ -247,11 +263,11 @@ class Core:
         """The peer took everything written: answers owed are counted from 0 again."""
         self._control_queued = 0
 
-    def _parse(self) -> None:
+    def _parse(self, data: bytes | None = None) -> None:
+        """Handle the whole frames of the buffer, or of ``data`` when the buffer is empty."""
         buffer = self._buffer
-        self._receiving = True
         try:
-            consumed = self._frames(buffer)
+            consumed = self._frames(buffer if data is None else data)
         except ProtocolError as exc:
             self._fail(exc)
             return
@@ -262,12 +278,13 @@ class Core:
         except hpack.HeaderError as exc:
             self._fail(ProtocolError(ErrorCode.COMPRESSION_ERROR, f"undecodable header block: {exc}"))
             return
-        finally:
-            self._receiving = False
-        try:
-            del buffer[:consumed]
-        except BufferError:  # a view of it still lives somewhere: start a new buffer instead
-            self._buffer = bytearray(buffer[consumed:])
+        if data is None:
+            try:
+                del buffer[:consumed]
+            except BufferError:  # a view of it still lives somewhere: start a new buffer instead
+                self._buffer = bytearray(buffer[consumed:])
+        elif consumed < len(data) and not self.closed:
+            buffer += memoryview(data)[consumed:]
         self._output_ready()
 
     # what subclasses implement
@@ -306,7 +323,7 @@ class Core:
 
     # receiving
 
-    def _frames(self, buffer: bytearray) -> int:
+    def _frames(self, buffer: bytes | bytearray) -> int:
         """Handle whole frames in ``buffer``; the bytes consumed."""
         pos = 0
         if self._awaiting_preface:
@@ -356,11 +373,11 @@ class Core:
 
     def _control(self, kind: int, stream_id: int, flags: int, payload: memoryview) -> None:
         length = len(payload)
-        if kind == Type.WINDOW_UPDATE:
+        if kind == _WINDOW_UPDATE:
             self._window_update(stream_id, payload)
-        elif kind == Type.SETTINGS:
+        elif kind == _SETTINGS:
             self._settings(stream_id, flags, payload)
-        elif kind == Type.PING:
+        elif kind == _PING:
             if stream_id:
                 raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "PING on a stream")
             if length != 8:
@@ -369,16 +386,16 @@ class Core:
                 self._on_ping_ack(bytes(payload))
             else:
                 self._write_control(frame(Type.PING, _ACK, 0, payload))
-        elif kind == Type.RST_STREAM:
+        elif kind == _RST_STREAM:
             self._rst_stream(stream_id, payload)
-        elif kind == Type.PRIORITY:
+        elif kind == _PRIORITY_FRAME:
             if not stream_id:
                 raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0")
             if length != 5:
                 raise StreamError(stream_id, ErrorCode.FRAME_SIZE_ERROR, "a PRIORITY not of 5 bytes")
             if read_u32(payload) == stream_id:
                 raise StreamError(stream_id, ErrorCode.PROTOCOL_ERROR, "a stream depending on itself")
-        elif kind == Type.GOAWAY:
+        elif kind == _GOAWAY:
             if stream_id:
                 raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "GOAWAY on a stream")
             if length < 8:
@@ -555,10 +572,12 @@ class Core:
     def _decode_sized(self, block: bytes) -> tuple[list[tuple[str, str]], int]:
         """The headers of a block (a list the caller must not change) and their RFC 7541 size.
 
-        A block made only of one-byte indexed fields (every byte 0x80-0xFE) reads the peer's
-        table without changing it, so while nothing else was decoded since, the same bytes
-        mean the same headers: such blocks, the steady state of a peer's repeated calls, are
-        remembered instead of decoded again (~14 us each through hpack). Any other block may
+        A block made only of indexed fields and literals that are not to be indexed reads the
+        peer's table without changing it, so while nothing else was decoded since, the same
+        bytes mean the same headers: such blocks, the steady state of a peer's repeated calls
+        (an indexing encoder's, such as Go's and gRPC core's, once its table holds the call's
+        fields; a literal-only one's, such as gputally's, from the first call), are remembered
+        instead of decoded again (~14 us and more each through hpack). Any other block may
         change the table and forgets them all.
         """
         known = self._decoded.get(block)
@@ -567,15 +586,29 @@ class Core:
         # hpack gives (str, str) tuples unless asked for raw bytes.
         headers = cast(list[tuple[str, str]], self._decoder.decode(block))
         sized = headers, 32 * len(headers) + sum(map(len, chain.from_iterable(headers)))
-        if block and min(block) >= 0x80 and 0xFF not in block:
-            if len(self._decoded) >= 64:
-                self._decoded.clear()
-                self._checked.clear()
+        # one-byte indexed fields only (every byte 0x80-0xFE), or a walk of the representations
+        if block and ((min(block) >= 0x80 and 0xFF not in block) or hpack.leaves_table(block)):
+            cost = sized[1] + len(block)
+            if cost > _MEMO_BYTES:
+                return sized  # too large to keep; the table did not change
+            if len(self._decoded) >= _MEMO_BLOCKS or self._memo_bytes + cost > _MEMO_BYTES:
+                self._forget_decoded()
             self._decoded[block] = sized
+            self._memo_bytes += cost
         elif self._decoded:
-            self._decoded.clear()
-            self._checked.clear()
+            self._forget_decoded()
         return sized
+
+    def _forget_decoded(self) -> None:
+        """The peer's table changed (or the memo is full): forget every remembered block."""
+        self._decoded.clear()
+        self._checked.clear()
+        self._memo_bytes = 0
+
+    def _is_remembered(self, headers: list[tuple[str, str]]) -> bool:
+        """Whether the header list of the peer's request now handled is a remembered one: the
+        same object comes back for the same bytes until :meth:`_forget_decoded`."""
+        return id(headers) in self._checked
 
     def _window_update(self, stream_id: int, payload: memoryview) -> None:
         if len(payload) != 4:
@@ -704,13 +737,18 @@ class Core:
         return stream
 
     def _close_stream(self, stream: Stream, how: int) -> None:
-        if self._streams.pop(stream.id, None) is None:
+        stream_id = stream.id
+        if self._streams.pop(stream_id, None) is None:
             return
-        stream.state = StreamState.CLOSED
+        stream.state = _CLOSED
         if not stream.local:
             self._active_peer -= 1
-        self._unblock(stream.id)
-        self._remember_closed(stream.id, how)
+        if self._blocked:
+            self._unblock(stream_id)
+        closed = self._closed_streams
+        closed[stream_id] = how
+        if len(closed) > self._closed_memory:
+            closed.popitem(last=False)
         if not self._streams:
             self.idle_since = self._clock()
 
@@ -718,7 +756,7 @@ class Core:
         closed = self._closed_streams
         closed[stream_id] = how
         if len(closed) > self._closed_memory:
-            del closed[next(iter(closed))]
+            closed.popitem(last=False)
 
     def _forget(self, stream_id: int) -> None:
         """Close a stream without a word to the peer (it ended, or we no longer care)."""
@@ -750,13 +788,13 @@ class Core:
         stream = self._streams.get(stream_id)
         if stream is None or stream.state == _HALF_LOCAL or self.closed:
             return  # reset or closed meanwhile: nothing to say any more
-        parts: list[tuple[bool, bytes | memoryview]] = [(True, block) for block in (headers,) if block is not None]
+        pending = stream.pending
+        if headers is not None:
+            pending.append((True, headers, end_stream and data is None and trailers is None))
         if data is not None:
-            parts.append((False, data))
+            pending.append((False, data, end_stream and trailers is None))
         if trailers is not None:
-            parts.append((True, trailers))
-        for index, (is_headers, payload) in enumerate(parts):
-            stream.pending.append((is_headers, payload, end_stream and index == len(parts) - 1))
+            pending.append((True, trailers, end_stream))
         self._flush(stream)
         self._output_ready()
 
@@ -792,6 +830,13 @@ class Core:
                 ended = end
                 continue
             size = len(payload)
+            if 0 < size <= frame_size and size <= self._send_window and size <= stream.window:
+                out.append(frame(_DATA, _END_STREAM if end else 0, sid, payload))  # one frame: most answers
+                self._send_window -= size
+                stream.window -= size
+                pending.popleft()
+                ended = end
+                continue
             allowed = min(size, self._send_window, stream.window)
             if allowed <= 0 and size:
                 break
@@ -812,7 +857,7 @@ class Core:
                 break
         if pending:
             self._mark_blocked(stream)
-        else:
+        elif self._blocked:
             self._unblock(sid)
         if out:
             self._write(b"".join(out))

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import hpack
 
-__all__ = ["Decoder", "HeaderError", "OversizedHeaderListError", "encode", "indexed"]
+__all__ = ["Decoder", "HeaderError", "OversizedHeaderListError", "encode", "indexed", "leaves_table"]
 
 Decoder = hpack.Decoder
 HeaderError = hpack.HPACKError
@@ -60,3 +60,41 @@ def encode(headers: Iterable[tuple[str, str | bytes]]) -> bytes:
         out += _integer(index, 4, 0) if index is not None else b"\x00" + _string(name.encode("ascii"))
         out += _string(raw)
     return bytes(out)
+
+
+def _skip_integer(block: bytes, pos: int, mask: int) -> tuple[int, int]:
+    """The prefix integer at ``pos`` (RFC 7541 section 5.1) and the position after it."""
+    value = block[pos] & mask
+    pos += 1
+    if value == mask:
+        shift = 0
+        while True:
+            byte = block[pos]
+            pos += 1
+            value += (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+    return value, pos
+
+
+def leaves_table(block: bytes) -> bool:
+    """Whether decoding ``block`` (one that decodes) leaves the decoder's dynamic table as it
+    was: it holds only indexed fields and literals without indexing or never indexed (RFC 7541
+    sections 6.1, 6.2.2, 6.2.3), no literal with incremental indexing and no size update. The
+    same bytes then decode to the same headers for as long as the table does not change."""
+    pos, end = 0, len(block)
+    while pos < end:
+        first = block[pos]
+        if first & 0x80:  # indexed
+            _, pos = _skip_integer(block, pos, 0x7F)
+            continue
+        if first & 0x60:  # literal with incremental indexing (01), dynamic table size update (001)
+            return False
+        index, pos = _skip_integer(block, pos, 0x0F)
+        if not index:  # a literal name
+            length, pos = _skip_integer(block, pos, 0x7F)
+            pos += length
+        length, pos = _skip_integer(block, pos, 0x7F)
+        pos += length
+    return pos == end

@@ -80,7 +80,8 @@ class Method:
 
 
 class _Call:
-    __slots__ = ("encoding", "held", "method", "metadata", "parts", "size", "task", "timeout")
+    __slots__ = ("deadline", "encoding", "expired", "held", "method", "metadata", "parts", "size", "task",
+                 "timeout")
 
     def __init__(self, method: Method, encoding: str | None, timeout: float | None, metadata: Metadata) -> None:
         self.method = method
@@ -92,6 +93,14 @@ class _Call:
         self.held = 0
         """Of ``size``, the bytes counted against the connection's and the process's budgets."""
         self.task: asyncio.Task[None] | None = None
+        self.deadline: float | None = None
+        """The loop time its handler must answer by (``timeout`` after it started), while it runs."""
+        self.expired = False
+        """The deadline passed and the handler was cancelled for it."""
+
+
+_Request = tuple[list[tuple[str, str]], Method, str | None, float | None, Metadata]
+"""A request's headers, method, grpc-encoding, grpc-timeout and custom metadata."""
 
 
 class _Budget:
@@ -110,6 +119,10 @@ class _ServerConnection(Connection):
         self._last_stream = 0
         self._draining = False
         self._buffered = 0
+        self._requests: dict[int, _Request] = {}
+        """What a header list the core remembers asked for, by the list's id (the entry holds
+        the list, so the id stays its own): the same block's next call reads no field again.
+        Forgotten with the core's memo, so it is as bounded."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -147,28 +160,44 @@ class _ServerConnection(Connection):
         if self._draining:
             self.reset(stream_id, ErrorCode.REFUSED_STREAM)
             return
+        known = self._requests.get(id(headers))
+        if known is None or known[0] is not headers:
+            known = self._request(stream_id, headers)
+            if known is None:
+                return
+            if self._is_remembered(headers):
+                self._requests[id(headers)] = known
+        _, method, encoding, timeout, metadata = known
+        call = self._calls[stream_id] = _Call(method, encoding, timeout, metadata)
+        if end_stream:
+            self._dispatch(stream_id, call)
+
+    def _request(self, stream_id: int, headers: list[tuple[str, str]]) -> _Request | None:
+        """What a request's headers ask for (None when they were answered with an error)."""
         fields = dict(headers)
         if fields.get(":method") != "POST":
             self._http_error(stream_id, "405")
-            return
+            return None
         if not fields.get("content-type", "").startswith("application/grpc"):
             self._http_error(stream_id, "415")
-            return
+            return None
         path = fields[":path"]
         method = self._server._methods.get(path)
         if method is None:
             shown = path if len(path) <= 100 else path[:100] + "..."  # an echo must not amplify
             self._answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {shown}")
-            return
+            return None
         encoding = fields.get("grpc-encoding")
         if encoding not in (None, "identity", "gzip"):
             self._answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED,
                                 f"grpc-encoding {encoding[:32]} is not supported", (("grpc-accept-encoding", _ACCEPT),))
-            return
+            return None
         timeout = parse_timeout(fields["grpc-timeout"]) if "grpc-timeout" in fields else None
-        call = self._calls[stream_id] = _Call(method, encoding, timeout, decode_metadata(headers))
-        if end_stream:
-            self._dispatch(stream_id, call)
+        return headers, method, encoding, timeout, decode_metadata(headers)
+
+    def _forget_decoded(self) -> None:
+        super()._forget_decoded()
+        self._requests.clear()
 
     def _on_headers_too_large(self, stream_id: int, size: int, end_stream: bool) -> None:
         self._last_stream = stream_id
@@ -266,14 +295,18 @@ class _ServerConnection(Connection):
             self._maybe_close()
 
     def _dispatch(self, stream_id: int, call: _Call) -> None:
-        body = call.parts[0] if len(call.parts) == 1 else b"".join(call.parts)
+        parts = call.parts
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
         self._release(call)
         call.task = asyncio.get_running_loop().create_task(self._run(stream_id, call, body))
 
     async def _run(self, stream_id: int, call: _Call, body: bytes) -> None:
         try:
             try:
-                request = await self._message(call, body)
+                request = self._message(call, body)
+                del body  # a gzip request's inflating (in a thread, maybe) holds only its payload
+                if isinstance(request, Inflater):
+                    request = await self._inflate(request)
             except MessageTooLarge as exc:
                 raise GrpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc).capitalize()) from exc
             except ValueError as exc:
@@ -290,11 +323,18 @@ class _ServerConnection(Connection):
             if call.timeout is None:
                 response = await answer
             else:
+                self._start_deadline(call)
                 try:
-                    async with asyncio.timeout(call.timeout):
-                        response = await answer
-                except TimeoutError:
+                    response = await answer
+                except asyncio.CancelledError:
+                    if not call.expired:
+                        raise
+                    task = asyncio.current_task()
+                    if task is not None:
+                        task.uncancel()  # the deadline's own cancel, answered here (as asyncio.timeout does)
                     raise GrpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+                finally:
+                    call.deadline = None
             if self._calls.pop(stream_id, None) is not None:
                 self.send(stream_id, _RESPONSE, message(response), _OK)
         except GrpcError as error:
@@ -310,21 +350,47 @@ class _ServerConnection(Connection):
         finally:
             self._maybe_close()
 
-    async def _message(self, call: _Call, body: bytes) -> bytes | int:
-        """The request message, inflated if gzip: at most ``INLINE_INFLATE`` bytes of it on the
-        event loop, the rest in a thread (zlib lets go of the GIL). Only its size when it is
-        larger than the method's ``max_request`` and the method has a ``too_large`` answer."""
+    def _start_deadline(self, call: _Call) -> None:
+        """Bound the call's handler by its ``grpc-timeout`` (the connection's deadline timer)."""
+        assert call.timeout is not None
+        call.deadline = asyncio.get_running_loop().time() + call.timeout
+        call.expired = False
+        self._arm_deadline(call.deadline)
+
+    def _expire(self, now: float) -> float | None:
+        """Cancel every handler past its deadline (it answers DEADLINE_EXCEEDED)."""
+        earliest: float | None = None
+        for call in self._calls.values():
+            deadline = call.deadline
+            if deadline is None:
+                continue
+            if deadline <= now:
+                call.deadline = None
+                call.expired = True
+                if call.task is not None:
+                    call.task.cancel()
+            elif earliest is None or deadline < earliest:
+                earliest = deadline
+        return earliest
+
+    def _message(self, call: _Call, body: bytes) -> bytes | int | Inflater:
+        """The request message, or an :class:`Inflater` for a gzip one (:meth:`_inflate`); only
+        its size when it is larger than the method's ``max_request`` and the method has a
+        ``too_large`` answer."""
         limit = self._server._message_limit
         payload, compressed = split_message(body, call.encoding, limit)
         method = call.method
         keep = method.max_request if method.max_request is not None and method.too_large is not None else limit
         if not compressed:
             return payload if len(payload) <= keep else len(payload)
-        inflater = Inflater(payload, keep=keep, limit=limit)
-        del payload, body
+        return Inflater(payload, keep=keep, limit=limit)
+
+    async def _inflate(self, inflater: Inflater) -> bytes | int:
+        """A gzip request inflated: at most ``INLINE_INFLATE`` bytes of it on the event loop,
+        the rest in a thread (zlib lets go of the GIL)."""
         inflater.run(INLINE_INFLATE)
         if not inflater.done:
-            await asyncio.to_thread(inflater.run, limit + 1)
+            await asyncio.to_thread(inflater.run, self._server._message_limit + 1)
         message = inflater.message
         return inflater.size if message is None else message
 
