@@ -11,9 +11,7 @@ cause goes to :class:`~.health.Problems`, and the channel is rebuilt for the nex
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ import grpc
 
 from gputally.proto.cri.v1 import api_pb2
 
-from .health import Problems
+from .polling import SocketPoller
 
 __all__ = [
     "DEFAULT_CRI_SOCKETS",
@@ -34,7 +32,6 @@ __all__ = [
     "find_socket",
 ]
 
-log = logging.getLogger(__name__)
 
 LIST_POD_SANDBOX = "/runtime.v1.RuntimeService/ListPodSandbox"
 LIST_CONTAINERS = "/runtime.v1.RuntimeService/ListContainers"
@@ -44,7 +41,6 @@ DEFAULT_CRI_SOCKETS = (
     Path("/run/crio/crio.sock"),
 )
 """Where containerd and CRI-O serve the CRI, in the order they are looked for."""
-_MAX_MESSAGE = 16 << 20  # the kubelet's own limit for CRI answers
 
 # Labels the kubelet puts on every sandbox and container it creates (pkg/kubelet/types/labels.go).
 POD_UID_LABEL = "io.kubernetes.pod.uid"
@@ -124,88 +120,40 @@ def find_socket(candidates: Iterable[Path] = DEFAULT_CRI_SOCKETS) -> Path | None
     return next((path for path in candidates if path.exists()), None)
 
 
-class CriClient:
+class CriClient(SocketPoller[PodDirectory]):
     """Polls ``ListPodSandbox`` and ``ListContainers``; keeps the newest :class:`PodDirectory`."""
 
-    def __init__(
-        self,
-        socket: Path,
-        *,
-        refresh_interval: float,
-        timeout: float,
-        problems: Problems,
-        on_changed: Callable[[], None] = lambda: None,
-    ) -> None:
-        self.socket = socket
-        self._refresh = refresh_interval
-        self._timeout = timeout
-        self._problems = problems
-        self._on_changed = on_changed
-        self._channel: grpc.aio.Channel | None = None
-        self._calls: tuple[Any, Any] | None = None
-        self.directory: PodDirectory | None = None
+    source = "cri"
+    label = "CRI"
+
+    @property
+    def directory(self) -> PodDirectory | None:
         """The last successful answer; None until the first one."""
-        self.lists = 0
+        return self.latest
 
-    async def run(self) -> None:
-        """Poll until cancelled."""
-        try:
-            while True:
-                await self.refresh()
-                await asyncio.sleep(self._refresh)
-        finally:
-            await self.close()
+    def _bind(self, channel: grpc.aio.Channel) -> Any:
+        return (
+            channel.unary_unary(
+                LIST_POD_SANDBOX,
+                request_serializer=api_pb2.ListPodSandboxRequest.SerializeToString,
+                response_deserializer=api_pb2.ListPodSandboxResponse.FromString,
+            ),
+            channel.unary_unary(
+                LIST_CONTAINERS,
+                request_serializer=api_pb2.ListContainersRequest.SerializeToString,
+                response_deserializer=api_pb2.ListContainersResponse.FromString,
+            ),
+        )
 
-    async def refresh(self) -> bool:
-        """One ``ListPodSandbox`` and one ``ListContainers``; True when both succeeded."""
-        if not self.socket.exists():
-            await self.close()
-            self._problem("missing", f"CRI socket {self.socket} missing")
-            return False
-        try:
-            if self._calls is None:
-                self._channel = grpc.aio.insecure_channel(
-                    f"unix://{self.socket}",
-                    options=[("grpc.max_receive_message_length", _MAX_MESSAGE), ("grpc.enable_retries", 0)],
-                )
-                self._calls = (
-                    self._channel.unary_unary(
-                        LIST_POD_SANDBOX,
-                        request_serializer=api_pb2.ListPodSandboxRequest.SerializeToString,
-                        response_deserializer=api_pb2.ListPodSandboxResponse.FromString,
-                    ),
-                    self._channel.unary_unary(
-                        LIST_CONTAINERS,
-                        request_serializer=api_pb2.ListContainersRequest.SerializeToString,
-                        response_deserializer=api_pb2.ListContainersResponse.FromString,
-                    ),
-                )
-            sandboxes_call, containers_call = self._calls
-            sandboxes = await sandboxes_call(api_pb2.ListPodSandboxRequest(), timeout=self._timeout,
-                                             wait_for_ready=False)
-            containers = await containers_call(api_pb2.ListContainersRequest(), timeout=self._timeout,
-                                               wait_for_ready=False)
-        except grpc.aio.AioRpcError as exc:
-            await self.close()
-            code = exc.code()
-            self._problem(code.name.lower(), f"CRI List on {self.socket} failed: {code.name} {exc.details()}")
-            return False
-        directory = PodDirectory.from_responses(sandboxes.items, containers.containers)
-        self.lists += 1
-        if self._problems.get("cri") is not None or self.directory is None:
-            log.info("cri: %d pods, %d containers from %s", len(directory.pods), len(directory.containers), self.socket)
-        self._problems.clear("cri")
-        if directory != self.directory:
-            self.directory = directory
-            self._on_changed()
-        return True
+    async def _ask(self, calls: Any, timeout: float) -> PodDirectory:
+        """One ``ListPodSandbox`` and one ``ListContainers``."""
+        sandboxes_call, containers_call = calls
+        sandboxes = await sandboxes_call(api_pb2.ListPodSandboxRequest(), timeout=timeout, wait_for_ready=False)
+        containers = await containers_call(api_pb2.ListContainersRequest(), timeout=timeout, wait_for_ready=False)
+        return PodDirectory.from_responses(sandboxes.items, containers.containers)
 
-    def _problem(self, cause: str, what: str) -> None:
-        keeping = "pods named from the last list" if self.directory is not None else "pods not named from the node"
-        self._problems.report("cri", cause, f"{what}; {keeping}")
+    def _describe(self, answer: PodDirectory) -> str:
+        return f"cri: {len(answer.pods)} pods, {len(answer.containers)} containers from {self.socket}"
 
-    async def close(self) -> None:
-        """Close the channel (a later :meth:`refresh` opens a new one)."""
-        channel, self._channel, self._calls = self._channel, None, None
-        if channel is not None:
-            await channel.close()
+    def _keeping(self) -> str:
+        return "pods named from the last list" if self.directory is not None else "pods not named from the node"

@@ -8,8 +8,6 @@ The channel is rebuilt after a failure, so a socket the kubelet recreated is pic
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,10 +18,9 @@ from gputally.proto.podresources.v1 import api_pb2
 
 from .devices import DeviceMap, ResourceMatcher
 from .health import Problems
+from .polling import SocketPoller
 
 __all__ = ["DEFAULT_RESOURCE_NAMES", "DEFAULT_SOCKET", "LIST_METHOD", "PodResourcesClient"]
-
-log = logging.getLogger(__name__)
 
 LIST_METHOD = "/v1.PodResourcesLister/List"
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
@@ -38,11 +35,13 @@ DEFAULT_RESOURCE_NAMES = (
     "gpu.nvidia.com",
 )
 """Device-plugin resource names (and DRA driver names) whose devices are GPUs."""
-_MAX_MESSAGE = 16 << 20  # the kubelet's own limit for this API
 
 
-class PodResourcesClient:
+class PodResourcesClient(SocketPoller[DeviceMap]):
     """Polls ``List`` and keeps the newest :class:`DeviceMap` in :attr:`devices`."""
+
+    source = "podresources"
+    label = "pod-resources"
 
     def __init__(
         self,
@@ -54,66 +53,32 @@ class PodResourcesClient:
         problems: Problems,
         on_changed: Callable[[], None] = lambda: None,
     ) -> None:
-        self.socket = socket
+        super().__init__(socket, refresh_interval=refresh_interval, timeout=timeout, problems=problems,
+                         on_changed=on_changed)
         self._matcher = matcher
-        self._refresh = refresh_interval
-        self._timeout = timeout
-        self._problems = problems
-        self._on_changed = on_changed
-        self._channel: grpc.aio.Channel | None = None
-        self._list: Any = None
-        self.devices: DeviceMap | None = None
+
+    @property
+    def devices(self) -> DeviceMap | None:
         """The last successful answer; None until the first one."""
-        self.lists = 0
+        return self.latest
 
-    async def run(self) -> None:
-        """Poll until cancelled."""
-        try:
-            while True:
-                await self.refresh()
-                await asyncio.sleep(self._refresh)
-        finally:
-            await self.close()
+    @devices.setter
+    def devices(self, devices: DeviceMap | None) -> None:
+        self.latest = devices
 
-    async def refresh(self) -> bool:
-        """One ``List``; True when it succeeded."""
-        if not self.socket.exists():  # say "missing" rather than gRPC's connect error
-            await self.close()
-            self._problem("missing", f"pod-resources socket {self.socket} missing")
-            return False
-        try:
-            if self._list is None:
-                self._channel = grpc.aio.insecure_channel(
-                    f"unix://{self.socket}",
-                    options=[("grpc.max_receive_message_length", _MAX_MESSAGE), ("grpc.enable_retries", 0)],
-                )
-                self._list = self._channel.unary_unary(
-                    LIST_METHOD,
-                    request_serializer=api_pb2.ListPodResourcesRequest.SerializeToString,
-                    response_deserializer=api_pb2.ListPodResourcesResponse.FromString,
-                )
-            response = await self._list(api_pb2.ListPodResourcesRequest(), timeout=self._timeout, wait_for_ready=False)
-        except grpc.aio.AioRpcError as exc:
-            await self.close()
-            code = exc.code()
-            self._problem(code.name.lower(), f"pod-resources List on {self.socket} failed: {code.name} {exc.details()}")
-            return False
-        devices = DeviceMap.from_response(response, self._matcher)
-        self.lists += 1
-        if self._problems.get("podresources") is not None or self.devices is None:
-            log.info("pod-resources: %d GPU allocations from %s", devices.allocations, self.socket)
-        self._problems.clear("podresources")
-        if devices != self.devices:
-            self.devices = devices
-            self._on_changed()
-        return True
+    def _bind(self, channel: grpc.aio.Channel) -> Any:
+        return channel.unary_unary(
+            LIST_METHOD,
+            request_serializer=api_pb2.ListPodResourcesRequest.SerializeToString,
+            response_deserializer=api_pb2.ListPodResourcesResponse.FromString,
+        )
 
-    def _problem(self, cause: str, what: str) -> None:
-        keeping = "devices attributed from the last list" if self.devices is not None else "devices not attributed"
-        self._problems.report("podresources", cause, f"{what}; {keeping}")
+    async def _ask(self, calls: Any, timeout: float) -> DeviceMap:
+        response = await calls(api_pb2.ListPodResourcesRequest(), timeout=timeout, wait_for_ready=False)
+        return DeviceMap.from_response(response, self._matcher)
 
-    async def close(self) -> None:
-        """Close the channel (a later :meth:`refresh` opens a new one)."""
-        channel, self._channel, self._list = self._channel, None, None
-        if channel is not None:
-            await channel.close()
+    def _describe(self, answer: DeviceMap) -> str:
+        return f"pod-resources: {answer.allocations} GPU allocations from {self.socket}"
+
+    def _keeping(self) -> str:
+        return "devices attributed from the last list" if self.devices is not None else "devices not attributed"
