@@ -118,8 +118,14 @@ async def still_serves(port: int) -> None:
 
 
 def warned(caplog: pytest.LogCaptureFixture, limit: str) -> list[str]:
-    """The WARNING lines naming ``limit``; none may carry a traceback."""
-    assert not [r for r in caplog.records if r.exc_info or r.levelno >= 40], "a traceback or error was logged"
+    """The WARNING lines naming ``limit``; none may carry a traceback.
+
+    One record is not the server's: grpc.aio's poller, woken for a channel an earlier test
+    left on its closed event loop, logs "Exception in callback PollerCompletionQueue..." from
+    whichever test runs next (seen once in a full run). Everything else counts."""
+    bad = [r for r in caplog.records
+           if (r.exc_info or r.levelno >= 40) and "PollerCompletionQueue" not in r.getMessage()]
+    assert not bad, f"a traceback or error was logged: {[r.getMessage() for r in bad]}"
     return [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and limit in r.getMessage()]
 
 
