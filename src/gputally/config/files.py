@@ -13,14 +13,16 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from gputally.config.types import InputPath
 from gputally.errors import ConfigError
 
-__all__ = ["MAX_CONFIG_BYTES", "MAX_INPUT_BYTES", "check_input_file", "input_paths", "read_input_file"]
+T = TypeVar("T")
+
+__all__ = ["MAX_CONFIG_BYTES", "MAX_INPUT_BYTES", "check_input_file", "input_paths", "read_input_file", "values_of"]
 
 MAX_INPUT_BYTES = 1 << 20
 """Largest certificate, key, CA bundle or token file: 1 MiB (a long CA bundle is ~250 KiB)."""
@@ -93,15 +95,21 @@ def check_input_file(path: Path, *, key: str, limit: int = MAX_INPUT_BYTES) -> s
     return None
 
 
-def input_paths(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], Path]]:
-    if isinstance(value, InputPath):
+def values_of(kind: type[T], value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], T]]:
+    """Every ``kind`` in a validated config (models, mappings and lists walked), with its key path."""
+    if isinstance(value, kind):
         yield path, value
     elif isinstance(value, BaseModel):
         for name in type(value).model_fields:
-            yield from input_paths(getattr(value, name), (*path, name))
+            yield from values_of(kind, getattr(value, name), (*path, name))
     elif isinstance(value, dict):
         for name, item in value.items():
-            yield from input_paths(item, (*path, name))
+            yield from values_of(kind, item, (*path, name))
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            yield from input_paths(item, (*path, index))
+            yield from values_of(kind, item, (*path, index))
+
+
+def input_paths(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], Path]]:
+    """Every file a config reads at start (:class:`InputPath`), with its key path."""
+    yield from values_of(InputPath, value, path)

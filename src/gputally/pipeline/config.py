@@ -8,7 +8,7 @@ component's own section is validated by the config model of its factory.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
@@ -16,7 +16,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, Field, ValidationError
 
 from gputally.auth import BearerTokenAuthConfig
-from gputally.config.files import check_input_file, input_paths
+from gputally.config.files import check_input_file, input_paths, values_of
 from gputally.config.loader import format_path, load_yaml
 from gputally.config.sources import ConfigSources, resolve
 from gputally.config.types import AuthSettings, Duration, ServerTLSSettings, Strict
@@ -310,21 +310,6 @@ def _authenticator_problems(top: _Document) -> list[str]:
     return problems
 
 
-def _storage_ids(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], StorageID]]:
-    """Every ``storage`` reference in a validated config, with its key path."""
-    if isinstance(value, StorageID):
-        yield path, value
-    elif isinstance(value, BaseModel):
-        for name in type(value).model_fields:
-            yield from _storage_ids(getattr(value, name), (*path, name))
-    elif isinstance(value, dict):
-        for name, item in value.items():
-            yield from _storage_ids(item, (*path, name))
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            yield from _storage_ids(item, (*path, index))
-
-
 def _storage_problems(
     processors: Mapping[str, Component[Any]], exporters: Mapping[str, Component[Any]],
     extensions: Mapping[str, BaseModel],
@@ -333,7 +318,7 @@ def _storage_problems(
     problems: list[str] = []
     for kind, built in (("processors", processors), ("exporters", exporters)):
         for component_id, component in built.items():
-            for path, storage_id in _storage_ids(component.config, (kind, component_id)):
+            for path, storage_id in values_of(StorageID, component.config, (kind, component_id)):
                 if not isinstance(extensions.get(storage_id), FileStorageConfig):
                     problems.append(f"{format_path(path)}: {storage_id!r} is not a file_storage extension "
                                     "defined under extensions")
