@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -142,9 +143,13 @@ async def run_through_serve(scene: Placed, tmp_path: Path, exporter: dict[str, A
     token = tmp_path / "slurm-token"
     token.write_text(scene.slurm.token("root"))
     port = free_port()
-    gateway = GputallyProcess(gputally_config(scene, port, token, exporter, usage=usage), tmp_path / "gputally")
+    config = gputally_config(scene, port, token, exporter, usage=usage)
+    gateway = GputallyProcess(config, tmp_path / "gputally")
     gateway.start(port)
     try:
+        # The pods listed before the first sample: an account made before would emit counters
+        # carrying the pod's uid without its name, a series of its own in Prometheus.
+        await asyncio.to_thread(pods_listed, config["service"]["telemetry"]["metrics"]["address"])
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             export = channel.unary_unary(METRICS_EXPORT)
             deadline = time.monotonic() + 60
@@ -159,6 +164,20 @@ async def run_through_serve(scene: Placed, tmp_path: Path, exporter: dict[str, A
         await asyncio.sleep(1.5)  # the last samples settle and one emit goes out
     finally:
         assert await asyncio.to_thread(gateway.stop) == 0, gateway.log_tail()
+
+
+def pods_listed(admin: str, timeout: float = 30.0) -> None:
+    """Until gputally's /readyz no longer says the k8s processor waits for its first pod list."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(f"http://{admin}/readyz", timeout=2) as response:
+                body = response.read().decode()
+            if "waiting for the first pod list" not in body:
+                return
+        if time.monotonic() > deadline:
+            raise AssertionError("the k8s processor never listed its pods")
+        time.sleep(0.1)
 
 
 async def feed_prometheus(scene: Placed, prometheus: Any, tmp_path: Path, *,
