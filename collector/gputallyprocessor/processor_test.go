@@ -18,8 +18,10 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 func TestEverySignalGoesThroughTheBridge(t *testing.T) {
@@ -284,4 +286,61 @@ func TestCallAfterShutdownGoesThroughOnError(t *testing.T) {
 
 	require.Error(t, err)
 	assert.False(t, consumererror.IsPermanent(err))
+}
+
+// throttled is a bridge that pushes back: RESOURCE_EXHAUSTED, with RetryInfo when delay > 0.
+func throttled(delay time.Duration) handler {
+	return func(context.Context, string, string, []byte) (reply, error) {
+		st := status.New(codes.ResourceExhausted, "refused, retry later")
+		if delay > 0 {
+			var err error
+			st, err = st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
+			must(err)
+		}
+		return reply{}, st.Err()
+	}
+}
+
+func TestBackpressureCarriesItsRetryDelayUpstream(t *testing.T) {
+	t.Run("with RetryInfo", func(t *testing.T) {
+		_, addr := startBridge(t, throttled(3*time.Second))
+		cfg := testConfig(addr)
+		cfg.OnError = OnErrorFail
+		p := newPipe(t, "metrics", cfg)
+
+		err := p.consume(context.Background(), 1)
+
+		require.Error(t, err)
+		assert.False(t, consumererror.IsPermanent(err), "the server said when to retry")
+		// What an OTLP receiver in front answers with (status.FromError finds the wrapped
+		// status): the code and the server's delay, which the sender's retry then honours.
+		st, ok := status.FromError(err)
+		require.True(t, ok)
+		assert.Equal(t, codes.ResourceExhausted, st.Code())
+		require.Len(t, st.Details(), 1)
+		info, ok := st.Details()[0].(*errdetails.RetryInfo)
+		require.True(t, ok)
+		assert.Equal(t, 3*time.Second, info.GetRetryDelay().AsDuration())
+		assert.Empty(t, p.delivered())
+	})
+	t.Run("without RetryInfo", func(t *testing.T) {
+		_, addr := startBridge(t, throttled(0))
+		cfg := testConfig(addr)
+		cfg.OnError = OnErrorFail
+		p := newPipe(t, "metrics", cfg)
+
+		err := p.consume(context.Background(), 1)
+
+		assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+		assert.True(t, consumererror.IsPermanent(err), "OTLP: RESOURCE_EXHAUSTED without RetryInfo is not retried")
+	})
+	t.Run("pass", func(t *testing.T) {
+		_, addr := startBridge(t, throttled(time.Second))
+		p := newPipe(t, "metrics", testConfig(addr))
+
+		require.NoError(t, p.consume(context.Background(), 1))
+
+		assert.Len(t, p.delivered(), 1)
+		assert.Equal(t, int64(1), p.sum(t, "otelcol_processor_gputally_errors", map[string]string{"code": "ResourceExhausted"}))
+	})
 }

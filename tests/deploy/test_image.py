@@ -28,7 +28,7 @@ from .kube_api import containers, server_env
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLAY = ROOT.parent / "shared" / "fixtures" / "nvml" / "h200-two-workloads.json"
-SHIPPED = sorted(ROOT.glob("collector-config/*/gputally.yaml"))
+SHIPPED = sorted(ROOT.glob("collector-config/**/gputally.yaml"))  # pipeline-stage/loopback/ too
 PLAIN_CONFIGMAPS = sorted(ROOT.glob("collector-config/*/kubernetes/configmap.yaml"))
 
 
