@@ -23,8 +23,20 @@ notes when each stamp first arrives; both read CLOCK_MONOTONIC). "added" is a
 scenario's e2e percentile minus otelcol alone's. The table has the median of the rounds.
 Figures only: nothing here asserts a timing.
 
+Three modes: the fixed ``--rate``; a closed loop (``--in-flight`` calls, each sent again once
+answered); one call at a time (the latency a stage adds when nothing queues). "harness" is
+the CPU of the load generator and the sink per request, and "busy" the share of the servers'
+and harness's CPUs in use: added latency at a fixed rate is mostly queueing for CPU once
+"busy" nears 100 %. Below the table, the bridge stage's own time, as the processor's
+``otelcol_processor_gputally_call_duration`` histogram saw it (encode, call, decode: no
+queueing in otelcol's receiver or exporter), to its bucket bounds. On 6 CPUs or more the
+harness gets the last two to itself, out of the servers' way; ``--server-cpus`` and
+``--harness-cpus`` set the split. The load generator is gputally's own gRPC client
+(``--client grpc`` for grpc.aio, which costs about 100 us more a request here).
+
     tests/harness/otelcol/build.sh
     .venv/bin/python bench/bridge.py [--seconds 8] [--rounds 2] [--rate 1000] [--no-closed-loop]
+        [--no-one-at-a-time] [--client native|grpc] [--server-cpus 0-5 --harness-cpus 6,7]
 """
 
 from __future__ import annotations
@@ -41,6 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +99,9 @@ def sink_main(port: int, report: Path) -> None:
     async def export(request: bytes, metadata: object) -> bytes:
         now = time.perf_counter()
         totals["requests"] += 1
-        for low in STAMP.findall(request):
-            totals["points"] += 1
+        stamps = STAMP.findall(request)
+        totals["points"] += len(stamps)
+        for low in set(stamps):  # a request's points share one stamp
             arrived.setdefault(int.from_bytes(low, "little"), now)
         return b""
 
@@ -124,7 +138,10 @@ def otelcol_config(scenario: str, ports: dict[str, int]) -> dict[str, Any]:
     receivers, exporters = {"otlp": otlp(ports["front"])}, {"otlp": exporter(ports["sink"])}
     processors: dict[str, Any] = {}
     pipelines: dict[str, Any] = {"metrics": {"receivers": ["otlp"], "processors": [], "exporters": ["otlp"]}}
-    if scenario == "bridge":
+    metrics: dict[str, Any] = {"level": "none"}
+    if scenario == "bridge":  # the processor's own call_duration histogram, for stage_buckets
+        pull = {"exporter": {"prometheus": {"host": "127.0.0.1", "port": ports["telemetry"]}}}
+        metrics = {"level": "normal", "readers": [{"pull": pull}]}
         processors["gputally"] = {"endpoint": f"127.0.0.1:{ports['gputally']}", "tls": {"insecure": True},
                                   "pipeline": "metrics/bridge"}
         pipelines["metrics"]["processors"] = ["gputally"]
@@ -137,7 +154,7 @@ def otelcol_config(scenario: str, ports: dict[str, int]) -> dict[str, Any]:
         processors["resource/bench"] = {"attributes": [{**INSERT, "action": "insert"}]}
         pipelines["metrics"]["processors"] = ["resource/bench"]
     return {"receivers": receivers, "processors": processors, "exporters": exporters,
-            "service": {"pipelines": pipelines, "telemetry": {"metrics": {"level": "none"}, "logs": {"level": "warn"}}}}
+            "service": {"pipelines": pipelines, "telemetry": {"metrics": metrics, "logs": {"level": "warn"}}}}
 
 
 def gputally_config(scenario: str, ports: dict[str, int]) -> dict[str, Any]:
@@ -164,18 +181,67 @@ def sink_counts(report: Path) -> dict[str, int]:
         return {"requests": 0, "points": 0, "stamps": 0}
 
 
+BUCKET = re.compile(r'^otelcol_processor_gputally_call_duration_bucket\{outcome="ok",[^}]*le="([^"]+)"\} (\S+)$', re.M)
+
+
+def stage_buckets(port: int) -> dict[float, float]:
+    """The processor's own call_duration histogram (successful calls) from otelcol's telemetry:
+    calls at or under each bucket's bound in ms, cumulative."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {float(le): float(count) for le, count in BUCKET.findall(text)}
+
+
+def stage_summary(before: dict[float, float], after: dict[float, float]) -> dict[str, float]:
+    """Of the calls between two scrapes: the share done within 1 ms, and the bucket bounds
+    (ms) that hold the 50th and 99th percentiles."""
+    counts = {le: after[le] - before.get(le, 0.0) for le in sorted(after)}
+    total = counts.get(float("inf"), 0.0)
+    if not total:
+        return {"stage_within_1ms": float("nan"), "stage_p50_le": float("nan"), "stage_p99_le": float("nan")}
+
+    def bound(q: float) -> float:
+        return next(le for le, count in counts.items() if count >= q * total)
+
+    return {"stage_within_1ms": counts.get(1.0, 0.0) / total, "stage_p50_le": bound(0.5), "stage_p99_le": bound(0.99)}
+
+
+def cpu_split(args: argparse.Namespace) -> tuple[list[int], list[int]]:
+    """The servers' CPUs and the harness's (load generator and sink)."""
+    cpus = sorted(psutil.Process().cpu_affinity())
+    servers = args.server_cpus or (cpus[:-2] if len(cpus) >= 6 else cpus)
+    harness = args.harness_cpus or (cpus[-2:] if len(cpus) >= 6 else cpus)
+    return servers, harness
+
+
+def cpu_list(text: str) -> list[int]:
+    """``0-3,6`` as [0, 1, 2, 3, 6]."""
+    cpus: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.extend(range(int(first), int(last or first) + 1))
+    return cpus
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[max(int(len(ordered) * q) - 1, 0)] if ordered else float("nan")
 
 
-def run(scenario: str, args: argparse.Namespace, rate: float) -> dict[str, Any]:
+def run(scenario: str, args: argparse.Namespace, rate: float, in_flight: int) -> dict[str, Any]:
     """Fresh processes; 1 s of warm-up, then ``args.seconds`` of load, counted until delivered."""
-    ports = {name: free_port() for name in ("front", "gputally", "back", "sink")}
-    cpus = list(range(os.cpu_count() or 1))
+    ports = {name: free_port() for name in ("front", "gputally", "back", "sink", "telemetry")}
+    cpus, harness_cpus = cpu_split(args)
+    me = psutil.Process()
+    saved_affinity = me.cpu_affinity()
+    stamped = Stamped()
+
+    def send(seconds: float) -> Load:
+        return asyncio.run(getattr(Load(rate), args.client)(ports["front"], stamped, seconds, in_flight))
+
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "arrivals.json"
-        sink = spawn([sys.executable, __file__, "--sink", str(ports["sink"]), str(report)], cpus)
+        sink = spawn([sys.executable, __file__, "--sink", str(ports["sink"]), str(report)], harness_cpus)
         processes: list[subprocess.Popen[bytes]] = [sink]
         try:
             wait_port(ports["sink"], 30)
@@ -191,22 +257,29 @@ def run(scenario: str, args: argparse.Namespace, rate: float) -> dict[str, Any]:
                                    stderr=None if args.verbose else subprocess.DEVNULL))
             wait_port(ports["front"], 30)
             servers = [psutil.Process(p.pid) for p in processes[1:]]
-            stamped = Stamped()
-            warm = asyncio.run(Load(rate).grpc(ports["front"], stamped, 1.0, args.in_flight)).sent
+            harness = [me, psutil.Process(sink.pid)]
+            me.cpu_affinity(harness_cpus)
+            warm = send(1.0).sent
             first = len(stamped.sent_at)
             deadline = time.monotonic() + 30
             while sink_counts(report)["stamps"] < warm and time.monotonic() < deadline:
                 time.sleep(0.05)
+            stage0 = stage_buckets(ports["telemetry"]) if scenario == "bridge" else {}
             cpu0 = [server_cpu(p) for p in servers]
+            harness0 = [server_cpu(p) for p in harness]
             t0 = time.perf_counter()
-            load = asyncio.run(Load(rate).grpc(ports["front"], stamped, args.seconds, args.in_flight))
+            load = send(args.seconds)
             wall = time.perf_counter() - t0
+            harness_cpu = sum(server_cpu(p) - before for p, before in zip(harness, harness0, strict=True))
+            busy_cpu = sum(server_cpu(p) - before for p, before in zip(servers, cpu0, strict=True)) + harness_cpu
             deadline = time.monotonic() + 60
             while sink_counts(report)["stamps"] < warm + load.sent and time.monotonic() < deadline:
                 time.sleep(0.05)
             cpus_used = [server_cpu(p) - before for p, before in zip(servers, cpu0, strict=True)]
             cpu = sum(cpus_used)
+            stage = stage_summary(stage0, stage_buckets(ports["telemetry"])) if scenario == "bridge" else {}
         finally:
+            me.cpu_affinity(saved_affinity)
             for process in reversed(processes):
                 process.send_signal(signal.SIGTERM)
                 process.wait(30)
@@ -221,6 +294,9 @@ def run(scenario: str, args: argparse.Namespace, rate: float) -> dict[str, Any]:
         "e2e_p50": statistics.median(e2e) * 1e3 if e2e else float("nan"), "e2e_p99": percentile(e2e, 0.99) * 1e3,
         "lost": warm + load.sent - len(arrived), "refused": load.refused,
         "cpu_us_per_request": cpu / max(load.sent, 1) * 1e6,
+        "harness_us_per_request": harness_cpu / max(load.sent, 1) * 1e6,
+        "busy": busy_cpu / (wall * len(set(cpus) | set(harness_cpus))),
+        **stage,
         # processes[1:] is [gputally, otelcol] or [otelcol]
         "gputally_us_per_request": cpus_used[0] / max(load.sent, 1) * 1e6 if len(cpus_used) == 2 else 0.0,
         "otelcol_us_per_request": cpus_used[-1] / max(load.sent, 1) * 1e6,
@@ -231,15 +307,19 @@ def report(mode: str, results: dict[str, list[dict[str, Any]]]) -> None:
     med = {s: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for s, runs in results.items()}
     base = med["otelcol"]
     print(f"\n{mode}: median of {len(results['otelcol'])} round(s)")
-    print(f"{'scenario':10} {'pts/CPU-s':>10} {'us CPU/req (g+o)':>18} {'req/s':>7} {'call p50/p99 ms':>16} "
-          f"{'e2e p50/p99 ms':>15} {'added p50/p99 ms':>17} {'lost':>5} {'refused':>7}")
+    print(f"{'scenario':10} {'pts/CPU-s':>10} {'us CPU/req (g+o)':>18} {'harness':>7} {'busy':>5} {'req/s':>7} "
+          f"{'call p50/p99 ms':>16} {'e2e p50/p99 ms':>15} {'added p50/p99 ms':>17} {'lost':>5} {'refused':>7}")
     for scenario, m in med.items():
         added = (f"{m['e2e_p50'] - base['e2e_p50']:+.2f}/{m['e2e_p99'] - base['e2e_p99']:+.2f}"
                  if scenario != "otelcol" else "-")
         split = f"{m['cpu_us_per_request']:,.0f} ({m['gputally_us_per_request']:,.0f}+{m['otelcol_us_per_request']:,.0f})"
-        print(f"{scenario:10} {m['points_per_cpu_s']:>10,.0f} {split:>18} {m['req_per_s']:>7,.0f} "
+        print(f"{scenario:10} {m['points_per_cpu_s']:>10,.0f} {split:>18} {m['harness_us_per_request']:>7,.0f} "
+              f"{m['busy']:>5.0%} {m['req_per_s']:>7,.0f} "
               f"{m['call_p50']:>7.2f}/{m['call_p99']:<8.2f} {m['e2e_p50']:>6.2f}/{m['e2e_p99']:<8.2f} {added:>17} "
               f"{m['lost']:>5.0f} {m['refused']:>7.0f}")
+    stage = med["bridge"]
+    print(f"the bridge stage itself (the processor's call_duration, in otelcol): {stage['stage_within_1ms']:.1%} "
+          f"of calls within 1 ms; p50 <= {stage['stage_p50_le']:g} ms, p99 <= {stage['stage_p99_le']:g} ms")
 
 
 def main() -> None:
@@ -248,7 +328,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--rate", type=float, default=1000.0, help="requests per second offered (fixed schedule)")
     parser.add_argument("--in-flight", type=int, default=8)
-    parser.add_argument("--no-closed-loop", action="store_true", help="only the fixed rate")
+    parser.add_argument("--no-closed-loop", action="store_true", help="skip the closed loop")
+    parser.add_argument("--no-one-at-a-time", action="store_true", help="skip the one-call-at-a-time mode")
+    parser.add_argument("--client", choices=("native", "grpc"), default="native",
+                        help="the load generator's gRPC: gputally.h2 (the cheaper) or grpc.aio")
+    parser.add_argument("--server-cpus", type=cpu_list, help="CPUs for otelcol and gputally, as 0-3,6")
+    parser.add_argument("--harness-cpus", type=cpu_list, help="CPUs for the load generator and the sink")
     parser.add_argument("--otelcol", type=Path, help="the otelcol binary (default: tests/harness/otelcol/build.sh's)")
     parser.add_argument("--verbose", action="store_true", help="let the servers' stderr through")
     parser.add_argument("--sink", nargs=2, metavar=("PORT", "REPORT"), help=argparse.SUPPRESS)
@@ -258,21 +343,26 @@ def main() -> None:
         return
     args.otelcol = args.otelcol or find_otelcol()
     version = subprocess.run([str(args.otelcol), "--version"], capture_output=True, text=True).stdout.strip()
-    print(f"request: {Stamped().points} points; {args.in_flight} in flight; {os.cpu_count()} CPUs; "
-          f"{args.seconds:.0f} s per run; {args.rounds} round(s), scenarios alternating; {version}")
-    modes = [(f"fixed rate, {args.rate:,.0f} requests/s offered", args.rate)]
+    servers, harness = cpu_split(args)
+    print(f"request: {Stamped().points} points; {args.in_flight} in flight; {os.cpu_count()} CPUs, servers on "
+          f"{servers}, harness on {harness}; {args.seconds:.0f} s per run; {args.rounds} round(s), "
+          f"scenarios alternating; {version}")
+    modes = [(f"fixed rate, {args.rate:,.0f} requests/s offered", args.rate, args.in_flight)]
     if not args.no_closed_loop:
-        modes.append(("closed loop (each call sent again once answered)", 0.0))
-    for mode, rate in modes:
+        modes.append(("closed loop (each call sent again once answered)", 0.0, args.in_flight))
+    if not args.no_one_at_a_time:
+        modes.append(("one at a time (closed loop, 1 in flight)", 0.0, 1))
+    for mode, rate, in_flight in modes:
         results: dict[str, list[dict[str, Any]]] = {s: [] for s in SCENARIOS}
         for round_ in range(args.rounds):
             order = SCENARIOS if round_ % 2 == 0 else SCENARIOS[::-1]
             for scenario in order:
-                r = run(scenario, args, rate)
+                r = run(scenario, args, rate, in_flight)
                 results[scenario].append(r)
                 print(f"  {mode.split(',')[0]:10} round {round_ + 1} {scenario:8} {r['points_per_cpu_s']:>10,.0f} pts/CPU-s "
                       f"{r['req_per_s']:6,.0f} req/s call p50 {r['call_p50']:.2f} p99 {r['call_p99']:.2f} ms "
-                      f"e2e p50 {r['e2e_p50']:.2f} p99 {r['e2e_p99']:.2f} ms lost {r['lost']} refused {r['refused']}",
+                      f"e2e p50 {r['e2e_p50']:.2f} p99 {r['e2e_p99']:.2f} ms busy {r['busy']:.0%} "
+                      f"lost {r['lost']} refused {r['refused']}",
                       flush=True)
         report(mode, results)
 
