@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/config/configgrpc"
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
@@ -26,6 +27,15 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gputally/gputally/collector/gputallyprocessor/internal/bridgepb"
+)
+
+// Receive windows: static and large, as gputally's own (a 4 MiB stream, a 16 MiB connection).
+// Every call's answer is a whole batch, so grpc-go's default 64 KiB dynamic window would send
+// a WINDOW_UPDATE and a BDP ping for about every answer, each one more frame for gputally to
+// read and (the ping) answer; with these, a connection sees one WINDOW_UPDATE per 4 MiB read.
+const (
+	streamWindow = 4 << 20
+	connWindow   = 16 << 20
 )
 
 // bridge is one processor instance: a gRPC connection to gputally's bridge and the calls on it.
@@ -60,7 +70,9 @@ func newBridge(set processor.Settings, cfg *Config) (*bridge, error) {
 // start creates the connection. gRPC connects in the background, so start returns at once
 // and a server that is not up yet is a failed call later, not a failed start.
 func (b *bridge) start(ctx context.Context, host component.Host) error {
-	conn, err := b.cfg.ClientConfig.ToClientConn(ctx, host.GetExtensions(), b.set.TelemetrySettings)
+	conn, err := b.cfg.ClientConfig.ToClientConn(ctx, host.GetExtensions(), b.set.TelemetrySettings,
+		configgrpc.WithGrpcDialOption(grpc.WithInitialWindowSize(streamWindow)),
+		configgrpc.WithGrpcDialOption(grpc.WithInitialConnWindowSize(connWindow)))
 	if err != nil {
 		return fmt.Errorf("gputally processor: connecting to %q: %w", b.cfg.ClientConfig.Endpoint, err)
 	}
