@@ -17,7 +17,10 @@ and posted to the same Prometheus (`constructed_request`), on a node of their ow
   gputally.gpu.xid=79}`` 1 -> 2, and usage counters of Slurm job 4242 (user alice, account chem),
   whose first counters went out before its metadata (a second series without user/account);
 * GPU ``GPU-constructed-degraded``: ``hw.status{hw.state=degraded}`` = 1, ``hw.errors{error.type=
-  ecc_uncorrected}`` 0 -> 1, and usage counters of the reserved owner ``unallocated``.
+  ecc_uncorrected}`` 0 -> 1, and usage counters of the reserved owner ``unallocated``;
+* a pod named late on the failed GPU (``LATE_POD``): its first counters, and its process's
+  first samples, went out with its uid only (the API server had not named it yet, as when it
+  was unreachable), already counting; its later ones carry its namespace and name too.
 
 Throttling needs nothing constructed: the recording has ``sw_power_cap`` active.
 """
@@ -54,6 +57,7 @@ DIVISOR = {"allocated": 3600, "busy": 3600, "idle": 3600, "energy": 3.6e6, "cost
 UNIT = {"allocated": "h", "busy": "h", "idle": "h", "energy": "kwatth", "cost": "none"}
 
 CONSTRUCTED_NODE = "constructed-node"
+LATE_POD, LATE_NAMESPACE, LATE_NAME, LATE_PID = "3f1c2d4e-0b5a-4c6d-9e7f-late00000001", "research", "late-0", 4343
 FAILED_GPU, DEGRADED_GPU = "GPU-constructed-failed", "GPU-constructed-degraded"
 JOB, JOB_USER, JOB_ACCOUNT = "4242", "alice", "chem"
 CONSTRUCTED = {  # owner id -> counter -> the values at -40 s, -20 s and 0 s from the last emit
@@ -61,6 +65,8 @@ CONSTRUCTED = {  # owner id -> counter -> the values at -40 s, -20 s and 0 s fro
           "cost": (0, 0.5, 1.0)},
     "unallocated": {"allocated": (0, 20, 40), "busy": (0, 0, 0), "idle": (0, 20, 40), "energy": (0, 2000, 4000),
                     "cost": (0, 0, 0)},
+    LATE_POD: {"allocated": (10, 30, 50), "busy": (6, 16, 26), "idle": (0, 4, 8), "energy": (1500, 4500, 7500),
+               "cost": (0.2, 0.6, 1.0)},
 }
 OTLP_NAMES = {"allocated": ("gputally.usage.allocated.time", "s"), "busy": ("gputally.usage.busy.time", "s"),
               "idle": ("gputally.usage.idle.time", "s"), "energy": ("gputally.usage.energy", "J"),
@@ -98,6 +104,21 @@ def constructed_request(at: float) -> bytes:
     # Two emits 50 and 45 s before the last, before the job's metadata arrived: a series without
     # user and account, as the real pipeline writes for a job named late.
     before_metadata = usage(JOB, "slurm.job", job, {field: (0, 0) for field in FIELDS}, (at - 50, at - 45))
+    # The late pod's counters already grew before it was named (half of their -40 s values at
+    # -45 s): a query that groups them by name sees two owners, or counts them twice.
+    pod = {"hw.id": FAILED_GPU, "hw.model": "NVIDIA H200", "host.name": CONSTRUCTED_NODE, "k8s.pod.uid": LATE_POD}
+    pod_named = {**pod, "k8s.namespace.name": LATE_NAMESPACE, "k8s.pod.name": LATE_NAME}
+    pod_before_names = usage(LATE_POD, "k8s.pod", pod, {field: (0, values[0] / 2)
+                                                        for field, values in CONSTRUCTED[LATE_POD].items()},
+                             (at - 50, at - 45))
+
+    def process(attributes: Mapping[str, Any], stamps: Sequence[float]) -> Any:
+        return otlp.resource(
+            {**attributes, "process.pid": LATE_PID, "process.executable.name": "python"},
+            otlp.gauge("gputally.gpu.process.memory.usage", "By", [otlp.point(2**30, at=t) for t in stamps]),
+            otlp.gauge("gputally.gpu.process.utilization", "1",
+                       [otlp.point(0.5, {"hw.gpu.task": "general"}, at=t) for t in stamps]),
+            scope="gputally.probes.nvml")
 
     return otlp.request(
         otlp.resource(failed, status("failed"), otlp.counter("hw.errors", "{error}", [
@@ -109,6 +130,10 @@ def constructed_request(at: float) -> bytes:
             scope="gputally.probes.nvml"),
         before_metadata,
         usage(JOB, "slurm.job", named, CONSTRUCTED[JOB]),
+        pod_before_names,
+        usage(LATE_POD, "k8s.pod", pod_named, CONSTRUCTED[LATE_POD]),
+        process(pod, (at - 50, at - 45)),
+        process(pod_named, times),
         usage("unallocated", "unallocated", {"hw.id": DEGRADED_GPU, "hw.model": "NVIDIA H200",
                                              "host.name": CONSTRUCTED_NODE}, CONSTRUCTED["unallocated"]),
     )
@@ -158,7 +183,7 @@ def fed(prometheus_binaries: Binaries, kube_cluster: KubeCluster, kube_admin: An
         for owner, series in CONSTRUCTED.items():
             expected[owner] = {field: float(values[-1]) for field, values in series.items()} | {"peak": 2.0**30}
         kinds = {o: "slurm.job" for o in (str(scene.job), JOB)} | {"unallocated": "unallocated"}
-        kinds |= {o: "k8s.pod" for o in scene.holders}
+        kinds |= {o: "k8s.pod" for o in (*scene.holders, LATE_POD)}
         yield Fed(server, scene, at, expected, kinds)
 
 
@@ -263,15 +288,17 @@ def test_chargeback_tables_equal_the_usage_counters(fed: Fed) -> None:
     board = grafana.load("chargeback")
     values = fed.values(board, currency="USD")
     want = fed.expected
-    pods = owners_of(fed, "k8s.pod")
+    pods = fed.scene.holders
     assert len(pods) == 2 and want[pods[0]]["allocated"] > 0 and want[str(fed.scene.job)]["peak"] > 0
 
     by_owner = table_figures(fed, board, "By owner (job or pod)", values, "gputally_usage_owner_id")
     assert_figures(by_owner, want)
 
+    # The late pod's counters before and after it was named are one owner in one namespace.
     by_namespace = table_figures(fed, board, "By namespace", values, "k8s_namespace_name")
-    assert_figures(by_namespace, {fed.scene.namespace: {f: sum(want[o][f] for o in pods) for f in FIELDS}})
-    assert set(by_namespace["allocated"]) == {fed.scene.namespace}
+    assert_figures(by_namespace, {fed.scene.namespace: {f: sum(want[o][f] for o in pods) for f in FIELDS},
+                                  LATE_NAMESPACE: want[LATE_POD]})
+    assert set(by_namespace["allocated"]) == {fed.scene.namespace, LATE_NAMESPACE}
 
     job = fed.prometheus.series(f'gputally_usage_allocated_time_seconds_total{{gputally_usage_owner_id="{fed.scene.job}", '
                                 'slurm_job_user!=""}')[0]
@@ -283,7 +310,8 @@ def test_chargeback_tables_equal_the_usage_counters(fed: Fed) -> None:
         assert set(found["allocated"]) == {job[label], named}, found
 
     # Grouped by owner id (a pod's uid), shown by name: a pod's namespace/name from its counters.
-    shown = {fed.scene.trainer: f"{fed.scene.namespace}/trainer-0", fed.scene.notebook: f"{fed.scene.namespace}/jupyter-bob-0"}
+    shown = {fed.scene.trainer: f"{fed.scene.namespace}/trainer-0", fed.scene.notebook: f"{fed.scene.namespace}/jupyter-bob-0",
+             LATE_POD: f"{LATE_NAMESPACE}/{LATE_NAME}"}
     names = run(fed, board, "By owner (job or pod)", "allocated", values, "gputally_usage_owner_id", "owner")
     assert {o: name for o, name in names if o in want} == {o: shown.get(o, o) for o in want}, names
 
@@ -305,12 +333,13 @@ def test_chargeback_tables_equal_the_usage_counters(fed: Fed) -> None:
     assert close(totals["Cost (${currency})"], sum(want[o]["cost"] for o in owners))
 
 
-@pytest.mark.parametrize("who", ["trainer", "job"])
+@pytest.mark.parametrize("who", ["trainer", "job", "late"])
 def test_every_workload_panel_returns_data_for_a_pod_and_a_job(fed: Fed, who: str) -> None:
-    owner = fed.scene.trainer if who == "trainer" else str(fed.scene.job)  # a pod's owner id is its uid
+    owner = {"trainer": fed.scene.trainer, "job": str(fed.scene.job), "late": LATE_POD}[who]  # a pod's: its uid
     board = grafana.load("workload")
     values = fed.values(board, owner_kind=fed.kinds[owner], owner_id=owner)
-    assert empty_targets(fed, board, values) == []
+    if who != "late":  # the constructed GPU sends no hw.* series but status and errors
+        assert empty_targets(fed, board, values) == []
 
     want = fed.expected[owner]
     figures = {p["title"]: run(fed, board, p["title"], "value", values, "gputally_usage_currency")
@@ -322,11 +351,16 @@ def test_every_workload_panel_returns_data_for_a_pod_and_a_job(fed: Fed, who: st
     assert close(figures["Cost"]["USD"], want["cost"])
     assert figures["Peak GPU memory"][""] == want["peak"]
 
-    # The processes panels show this owner's processes and no one else's.
+    # The processes panels show this owner's processes, one series each, and no one else's: the
+    # late pod's before it was named too, and never the job's, which have no pod name either.
+    pids = {str(pid) for pid, o in fed.scene.owners.items() if o == owner} | ({str(LATE_PID)} if who == "late" else set())
     for title in ("Process GPU memory", "Process SM utilization"):
         expr = grafana.substitute(grafana.targets(panel(board, title))[0]["expr"], values)
-        shown = {(r["metric"].get("k8s_pod_name", ""), r["metric"].get("slurm_job_id", "")) for r in fed.range(expr)}
-        assert shown == ({("trainer-0", "")} if who == "trainer" else {("", str(fed.scene.job))}), (title, shown)
+        shown = [r["metric"]["process_pid"] for r in fed.range(expr)]
+        assert sorted(shown) == sorted(pids), (title, shown)
+        if who == "late":
+            (series,) = fed.range(expr)
+            assert float(series["values"][0][0]) <= fed.at - 45, "the samples sent before the pod was named"
 
 
 def test_every_node_panel_returns_data(fed: Fed) -> None:

@@ -50,6 +50,8 @@ PROMOTED_RESOURCE_ATTRIBUTES: tuple[str, ...] = (
     "hw.model",
     "host.name",
     "gputally.gpu.index",
+    "process.pid",
+    "process.executable.name",
     "k8s.namespace.name",
     "k8s.pod.name",
     "k8s.pod.uid",
