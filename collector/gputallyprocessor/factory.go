@@ -27,12 +27,13 @@ const (
 
 // NewFactory returns the factory of the `gputally` processor.
 func NewFactory() processor.Factory {
+	conns := newConnections()
 	return processor.NewFactory(
 		componentType,
 		createDefaultConfig,
-		processor.WithMetrics(createMetrics, stability),
-		processor.WithLogs(createLogs, stability),
-		processor.WithTraces(createTraces, stability),
+		processor.WithMetrics(conns.createMetrics, stability),
+		processor.WithLogs(conns.createLogs, stability),
+		processor.WithTraces(conns.createTraces, stability),
 	)
 }
 
@@ -49,8 +50,8 @@ func createDefaultConfig() component.Config {
 // data: a fan-out before it need not copy.
 var capabilities = processorhelper.WithCapabilities(consumer.Capabilities{MutatesData: false})
 
-func createMetrics(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics) (processor.Metrics, error) {
-	b, err := newBridge(set, cfg.(*Config))
+func (c *connections) createMetrics(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics) (processor.Metrics, error) {
+	b, err := newBridge(set, cfg.(*Config), c)
 	if err != nil {
 		return nil, err
 	}
@@ -58,8 +59,8 @@ func createMetrics(ctx context.Context, set processor.Settings, cfg component.Co
 		processorhelper.WithStart(b.start), processorhelper.WithShutdown(b.shutdown), capabilities)
 }
 
-func createLogs(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Logs) (processor.Logs, error) {
-	b, err := newBridge(set, cfg.(*Config))
+func (c *connections) createLogs(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Logs) (processor.Logs, error) {
+	b, err := newBridge(set, cfg.(*Config), c)
 	if err != nil {
 		return nil, err
 	}
@@ -67,8 +68,8 @@ func createLogs(ctx context.Context, set processor.Settings, cfg component.Confi
 		processorhelper.WithStart(b.start), processorhelper.WithShutdown(b.shutdown), capabilities)
 }
 
-func createTraces(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Traces) (processor.Traces, error) {
-	b, err := newBridge(set, cfg.(*Config))
+func (c *connections) createTraces(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Traces) (processor.Traces, error) {
+	b, err := newBridge(set, cfg.(*Config), c)
 	if err != nil {
 		return nil, err
 	}

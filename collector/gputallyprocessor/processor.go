@@ -6,6 +6,7 @@ package gputallyprocessor // import "github.com/gputally/gputally/collector/gput
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -38,12 +39,13 @@ const (
 	connWindow   = 16 << 20
 )
 
-// bridge is one processor instance: a gRPC connection to gputally's bridge and the calls on it.
-// Each pipeline that lists the processor gets its own instance and connection.
+// bridge is one processor instance (one per pipeline that lists the processor) and the calls
+// it makes, on the connection its processor ID shares with its other pipelines.
 type bridge struct {
 	cfg      *Config
 	set      processor.Settings
 	tel      *telemetry
+	conns    *connections
 	callOpts []grpc.CallOption
 
 	// Set by start, before any batch arrives; conn is cleared by shutdown.
@@ -51,15 +53,65 @@ type bridge struct {
 	client bridgepb.BridgeClient
 }
 
-func newBridge(set processor.Settings, cfg *Config) (*bridge, error) {
+// connections hands the pipelines that list one processor ID one gRPC connection, as the
+// Collector's receivers share one server among pipelines: keyed by the ID's *Config, which
+// the Collector passes to each of its pipelines' instances. The first instance to start opens
+// it, the last to shut down closes it.
+type connections struct {
+	mu    sync.Mutex
+	byCfg map[*Config]*sharedConn
+}
+
+type sharedConn struct {
+	conn  *grpc.ClientConn
+	users int
+}
+
+func newConnections() *connections {
+	return &connections{byCfg: map[*Config]*sharedConn{}}
+}
+
+func (c *connections) acquire(ctx context.Context, cfg *Config, host component.Host, set component.TelemetrySettings) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if shared, ok := c.byCfg[cfg]; ok {
+		shared.users++
+		return shared.conn, nil
+	}
+	conn, err := cfg.ClientConfig.ToClientConn(ctx, host.GetExtensions(), set,
+		configgrpc.WithGrpcDialOption(grpc.WithInitialWindowSize(streamWindow)),
+		configgrpc.WithGrpcDialOption(grpc.WithInitialConnWindowSize(connWindow)))
+	if err != nil {
+		return nil, err
+	}
+	c.byCfg[cfg] = &sharedConn{conn: conn, users: 1}
+	return conn, nil
+}
+
+func (c *connections) release(cfg *Config) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	shared, ok := c.byCfg[cfg]
+	if !ok {
+		return nil
+	}
+	if shared.users--; shared.users > 0 {
+		return nil
+	}
+	delete(c.byCfg, cfg)
+	return shared.conn.Close()
+}
+
+func newBridge(set processor.Settings, cfg *Config, conns *connections) (*bridge, error) {
 	tel, err := newTelemetry(set.TelemetrySettings)
 	if err != nil {
 		return nil, err
 	}
 	return &bridge{
-		cfg: cfg,
-		set: set,
-		tel: tel,
+		cfg:   cfg,
+		set:   set,
+		tel:   tel,
+		conns: conns,
 		callOpts: []grpc.CallOption{
 			grpc.MaxCallRecvMsgSize(cfg.maxMessageBytes()),
 			grpc.MaxCallSendMsgSize(cfg.maxMessageBytes()),
@@ -67,12 +119,11 @@ func newBridge(set processor.Settings, cfg *Config) (*bridge, error) {
 	}, nil
 }
 
-// start creates the connection. gRPC connects in the background, so start returns at once
-// and a server that is not up yet is a failed call later, not a failed start.
+// start takes the processor ID's connection, creating it if this is the first of its
+// pipelines to start. gRPC connects in the background, so start returns at once and a server
+// that is not up yet is a failed call later, not a failed start.
 func (b *bridge) start(ctx context.Context, host component.Host) error {
-	conn, err := b.cfg.ClientConfig.ToClientConn(ctx, host.GetExtensions(), b.set.TelemetrySettings,
-		configgrpc.WithGrpcDialOption(grpc.WithInitialWindowSize(streamWindow)),
-		configgrpc.WithGrpcDialOption(grpc.WithInitialConnWindowSize(connWindow)))
+	conn, err := b.conns.acquire(ctx, b.cfg, host, b.set.TelemetrySettings)
 	if err != nil {
 		return fmt.Errorf("gputally processor: connecting to %q: %w", b.cfg.ClientConfig.Endpoint, err)
 	}
@@ -81,15 +132,15 @@ func (b *bridge) start(ctx context.Context, host component.Host) error {
 	return nil
 }
 
-// shutdown closes the connection; it is a no-op before start and when called again. A call
-// made after it fails (the connection is closing) and goes through on_error.
+// shutdown lets go of the connection, which closes with its last pipeline; it is a no-op
+// before start and when called again. A call made after it fails (the connection is closing,
+// or the instance has none) and goes through on_error.
 func (b *bridge) shutdown(context.Context) error {
 	if b.conn == nil {
 		return nil
 	}
-	err := b.conn.Close()
-	b.conn = nil
-	return err
+	b.conn, b.client = nil, nil
+	return b.conns.release(b.cfg)
 }
 
 // answer is what the three generated response types have in common.

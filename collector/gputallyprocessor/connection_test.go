@@ -13,17 +13,22 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/processor/processortest"
 	"golang.org/x/net/http2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
-// frameCounter is a TCP proxy in front of a bridge that counts the HTTP/2 frames the client
-// sends, by type (PING acks aside), and forwards every byte both ways unchanged.
+// frameCounter is a TCP proxy in front of a bridge that counts the connections it takes and
+// the HTTP/2 frames the client sends on them, by type (PING acks aside), and forwards every
+// byte both ways unchanged.
 type frameCounter struct {
-	mu     sync.Mutex
-	counts map[http2.FrameType]int
+	mu          sync.Mutex
+	connections int
+	counts      map[http2.FrameType]int
 }
 
 func proxyCountingFrames(t *testing.T, target string) (*frameCounter, string) {
@@ -44,6 +49,9 @@ func proxyCountingFrames(t *testing.T, target string) (*frameCounter, string) {
 				return
 			}
 			t.Cleanup(func() { _ = client.Close(); _ = server.Close() })
+			fc.mu.Lock()
+			fc.connections++
+			fc.mu.Unlock()
 			go func() { _, _ = io.Copy(client, server) }()
 			go fc.read(io.TeeReader(client, server))
 		}
@@ -70,6 +78,12 @@ func (fc *frameCounter) read(from io.Reader) {
 		fc.counts[frame.Header().Type]++
 		fc.mu.Unlock()
 	}
+}
+
+func (fc *frameCounter) accepted() int {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	return fc.connections
 }
 
 func (fc *frameCounter) count(kind http2.FrameType) int {
@@ -101,4 +115,48 @@ func TestAnswersNeedNoFlowControlFrames(t *testing.T) {
 	assert.Equal(t, 20, frames.count(http2.FrameHeaders), "one call per batch")
 	assert.Zero(t, frames.count(http2.FramePing), "no BDP pings")
 	assert.LessOrEqual(t, frames.count(http2.FrameWindowUpdate), 1, "2 MiB of answers within the 16 MiB window")
+}
+
+// The pipelines that list one processor ID share its connection; another ID has its own. The
+// connection lasts until the last of its pipelines shuts down.
+func TestPipelinesOfOneIDShareAConnection(t *testing.T) {
+	_, addr := startBridge(t, labelPods)
+	frames, proxied := proxyCountingFrames(t, addr)
+	ctx, host := context.Background(), componenttest.NewNopHost()
+	f, set := NewFactory(), processortest.NewNopSettings(componentType)
+	cfg, other := testConfig(proxied), testConfig(proxied)
+	cfg.OnError, other.OnError = OnErrorFail, OnErrorFail // every batch must reach the bridge
+
+	metrics, err := f.CreateMetrics(ctx, set, cfg, consumertest.NewNop())
+	require.NoError(t, err)
+	logs, err := f.CreateLogs(ctx, set, cfg, consumertest.NewNop())
+	require.NoError(t, err)
+	separate, err := f.CreateMetrics(ctx, set, other, consumertest.NewNop())
+	require.NoError(t, err)
+	for _, p := range []component.Component{metrics, logs, separate} {
+		require.NoError(t, p.Start(ctx, host))
+	}
+
+	require.NoError(t, metrics.ConsumeMetrics(ctx, testMetrics(1)))
+	require.NoError(t, logs.ConsumeLogs(ctx, testLogs(1, "")))
+	require.NoError(t, separate.ConsumeMetrics(ctx, testMetrics(1)))
+	assert.Equal(t, 2, frames.accepted(), "one connection for cfg's two pipelines, one for other's")
+
+	require.NoError(t, metrics.Shutdown(ctx))
+	require.NoError(t, metrics.Shutdown(ctx), "a second shutdown does not release the connection again")
+	require.NoError(t, logs.ConsumeLogs(ctx, testLogs(1, "")), "logs still has the shared connection")
+	assert.Equal(t, 2, frames.accepted())
+	err = metrics.ConsumeMetrics(ctx, testMetrics(1))
+	assert.Equal(t, codes.Unavailable, status.Code(err), "a shut-down instance has no connection")
+
+	require.NoError(t, logs.Shutdown(ctx))
+	require.NoError(t, separate.Shutdown(ctx))
+
+	// After the last shutdown the ID opens a new connection when it starts again.
+	again, err := f.CreateLogs(ctx, set, cfg, consumertest.NewNop())
+	require.NoError(t, err)
+	require.NoError(t, again.Start(ctx, host))
+	require.NoError(t, again.ConsumeLogs(ctx, testLogs(1, "")))
+	require.NoError(t, again.Shutdown(ctx))
+	assert.Equal(t, 3, frames.accepted())
 }
