@@ -4,6 +4,9 @@
 #   tests/harness/otelcol/build.sh           build if needed, then print OTELCOL=<path>
 #   tests/harness/otelcol/build.sh --check   print the path if an up-to-date build is cached,
 #                                            else exit 3 without building (used by the fixture)
+#   OTELCOL_MANIFEST=collector-config/builder-bench.yaml tests/harness/otelcol/build.sh
+#                                            another manifest (the benchmark's small otelcol),
+#                                            cached beside the test one as <name>-<version>/
 #
 # The distribution is collector-config/builder.yaml, built by the OpenTelemetry Collector
 # Builder (ocb) of the same release, installed with `go install` into the cache. Everything
@@ -22,7 +25,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
-manifest=$repo/collector-config/builder.yaml
+test_manifest=$(realpath "$repo/collector-config/builder.yaml")
+manifest=$(cd "$repo" && realpath "${OTELCOL_MANIFEST:-$test_manifest}")
 builder_version=v0.161.0   # go.opentelemetry.io/collector/cmd/builder; same release as the manifest's core modules
 
 # shellcheck source=../cached_build.sh
@@ -40,7 +44,8 @@ fi
 
 cache_root=${GPUTALLY_CACHE:-${HOME:?HOME is unset}/.cache/gputally}
 base=$cache_root/otelcol
-dest=$base/$version
+dest=$base/$version   # the test distribution's; any other manifest's is <name>-<version>
+[[ $manifest == "$test_manifest" ]] || dest=$base/$name-$version
 processor=collector/gputallyprocessor   # built from the checkout (the manifest's replace)
 # What goes into the binary, by path relative to the checkout, so two checkouts of one tree
 # share a build: Go sources, go.mod and go.sum, generated code; not tests, testdata or docs.
