@@ -27,14 +27,19 @@ const (
 
 // NewFactory returns the factory of the `gputally` processor.
 func NewFactory() processor.Factory {
-	conns := newConnections()
+	f := &factory{conns: newConnections()}
 	return processor.NewFactory(
 		componentType,
 		createDefaultConfig,
-		processor.WithMetrics(conns.createMetrics, stability),
-		processor.WithLogs(conns.createLogs, stability),
-		processor.WithTraces(conns.createTraces, stability),
+		processor.WithMetrics(f.createMetrics, stability),
+		processor.WithLogs(f.createLogs, stability),
+		processor.WithTraces(f.createTraces, stability),
 	)
+}
+
+// factory holds what the instances it creates share: their processor IDs' connections.
+type factory struct {
+	conns *connections
 }
 
 func createDefaultConfig() component.Config {
@@ -50,8 +55,8 @@ func createDefaultConfig() component.Config {
 // data: a fan-out before it need not copy.
 var capabilities = processorhelper.WithCapabilities(consumer.Capabilities{MutatesData: false})
 
-func (c *connections) createMetrics(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics) (processor.Metrics, error) {
-	b, err := newBridge(set, cfg.(*Config), c)
+func (f *factory) createMetrics(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics) (processor.Metrics, error) {
+	b, err := newBridge(set, cfg.(*Config), f.conns)
 	if err != nil {
 		return nil, err
 	}
@@ -59,8 +64,8 @@ func (c *connections) createMetrics(ctx context.Context, set processor.Settings,
 		processorhelper.WithStart(b.start), processorhelper.WithShutdown(b.shutdown), capabilities)
 }
 
-func (c *connections) createLogs(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Logs) (processor.Logs, error) {
-	b, err := newBridge(set, cfg.(*Config), c)
+func (f *factory) createLogs(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Logs) (processor.Logs, error) {
+	b, err := newBridge(set, cfg.(*Config), f.conns)
 	if err != nil {
 		return nil, err
 	}
@@ -68,8 +73,8 @@ func (c *connections) createLogs(ctx context.Context, set processor.Settings, cf
 		processorhelper.WithStart(b.start), processorhelper.WithShutdown(b.shutdown), capabilities)
 }
 
-func (c *connections) createTraces(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Traces) (processor.Traces, error) {
-	b, err := newBridge(set, cfg.(*Config), c)
+func (f *factory) createTraces(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Traces) (processor.Traces, error) {
+	b, err := newBridge(set, cfg.(*Config), f.conns)
 	if err != nil {
 		return nil, err
 	}

@@ -6,11 +6,9 @@ package gputallyprocessor // import "github.com/gputally/gputally/collector/gput
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/config/configgrpc"
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
@@ -30,15 +28,6 @@ import (
 	"github.com/gputally/gputally/collector/gputallyprocessor/internal/bridgepb"
 )
 
-// Receive windows: static and large, as gputally's own (a 4 MiB stream, a 16 MiB connection).
-// Every call's answer is a whole batch, so grpc-go's default 64 KiB dynamic window would send
-// a WINDOW_UPDATE and a BDP ping for about every answer, each one more frame for gputally to
-// read and (the ping) answer; with these, a connection sees one WINDOW_UPDATE per 4 MiB read.
-const (
-	streamWindow = 4 << 20
-	connWindow   = 16 << 20
-)
-
 // bridge is one processor instance (one per pipeline that lists the processor) and the calls
 // it makes, on the connection its processor ID shares with its other pipelines.
 type bridge struct {
@@ -51,55 +40,6 @@ type bridge struct {
 	// Set by start, before any batch arrives; conn is cleared by shutdown.
 	conn   *grpc.ClientConn
 	client bridgepb.BridgeClient
-}
-
-// connections hands the pipelines that list one processor ID one gRPC connection, as the
-// Collector's receivers share one server among pipelines: keyed by the ID's *Config, which
-// the Collector passes to each of its pipelines' instances. The first instance to start opens
-// it, the last to shut down closes it.
-type connections struct {
-	mu    sync.Mutex
-	byCfg map[*Config]*sharedConn
-}
-
-type sharedConn struct {
-	conn  *grpc.ClientConn
-	users int
-}
-
-func newConnections() *connections {
-	return &connections{byCfg: map[*Config]*sharedConn{}}
-}
-
-func (c *connections) acquire(ctx context.Context, cfg *Config, host component.Host, set component.TelemetrySettings) (*grpc.ClientConn, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if shared, ok := c.byCfg[cfg]; ok {
-		shared.users++
-		return shared.conn, nil
-	}
-	conn, err := cfg.ClientConfig.ToClientConn(ctx, host.GetExtensions(), set,
-		configgrpc.WithGrpcDialOption(grpc.WithInitialWindowSize(streamWindow)),
-		configgrpc.WithGrpcDialOption(grpc.WithInitialConnWindowSize(connWindow)))
-	if err != nil {
-		return nil, err
-	}
-	c.byCfg[cfg] = &sharedConn{conn: conn, users: 1}
-	return conn, nil
-}
-
-func (c *connections) release(cfg *Config) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	shared, ok := c.byCfg[cfg]
-	if !ok {
-		return nil
-	}
-	if shared.users--; shared.users > 0 {
-		return nil
-	}
-	delete(c.byCfg, cfg)
-	return shared.conn.Close()
 }
 
 func newBridge(set processor.Settings, cfg *Config, conns *connections) (*bridge, error) {
