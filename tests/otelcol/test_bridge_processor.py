@@ -127,3 +127,20 @@ async def test_otelcol_sends_batches_through_gputallys_bridge(
     assert 'gputally ProcessMetrics (pipeline "metrics/nope")' in details
     assert "no pipeline 'metrics/nope' lists receiver bridge" in details
     assert len(otlp_sink.received_metrics()) == 1
+
+
+async def test_a_processor_that_compresses_is_answered(
+    otelcol: Callable[..., Otelcol], otlp_sink: OtlpSink, bridge: int,
+) -> None:
+    """``compression: gzip``, which Collector users often copy from their exporters' settings:
+    gputally's bridge inflates the batch and answers in the same call."""
+    front_port = free_port()
+    otelcol(bridge_config(bridge, front_port, otlp_sink.endpoint, on_error="fail", compression="gzip"),
+            wait_for=front_port)
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{front_port}") as channel:
+        await channel.unary_unary(METRICS_EXPORT)(metrics_request().SerializeToString(), timeout=10)
+    await otlp_sink.wait_for(lambda: len(otlp_sink.received_metrics()) == 1)
+    (delivered,) = otlp_sink.messages()
+    attributes = {kv.key: kv.value.string_value for kv in delivered.resource_metrics[0].resource.attributes}
+    assert attributes == {"host.name": "gpu-node-1", "k8s.pod.name": "trainer-0"}
