@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 import pytest
+import trustme
 import yaml
 from harness.otelcol.collector import Otelcol, validate
 from harness.processes import free_port
@@ -144,3 +145,52 @@ async def test_a_processor_that_compresses_is_answered(
     (delivered,) = otlp_sink.messages()
     attributes = {kv.key: kv.value.string_value for kv in delivered.resource_metrics[0].resource.attributes}
     assert attributes == {"host.name": "gpu-node-1", "k8s.pod.name": "trainer-0"}
+
+
+async def test_mutual_tls_and_a_bearer_token_between_the_two_sides(
+    otelcol: Callable[..., Otelcol], otlp_sink: OtlpSink, tmp_path: Path,
+) -> None:
+    """The processor's own client settings (configgrpc: ``tls`` with a client certificate,
+    ``headers``) against the bridge's ``tls`` with ``client_ca_file`` and ``auth``: the batch
+    goes through with the right token and comes back UNAUTHENTICATED with a wrong one."""
+    ca = trustme.CA()
+    files = {name: tmp_path / f"{name}.pem" for name in ("ca", "server", "server-key", "client", "client-key")}
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    for who, cert in (("server", ca.issue_cert("localhost")), ("client", ca.issue_cert("otelcol@example.com"))):
+        cert.cert_chain_pems[0].write_to_path(str(files[who]))
+        cert.private_key_pem.write_to_path(str(files[f"{who}-key"]))
+    port = free_port()
+    gputally = gputally_bridge(port)
+    gputally["extensions"] = {"bearertokenauth": {"token": "s3cret"}}
+    gputally["receivers"]["bridge"] |= {
+        "endpoint": f"localhost:{port}", "auth": {"authenticator": "bearertokenauth"},
+        "tls": {"cert_file": str(files["server"]), "key_file": str(files["server-key"]),
+                "client_ca_file": str(files["ca"])}}
+    service = Service(validate_gputally(gputally, Registry.discover()))
+    await service.start()
+    try:
+        front_port, wrong_port = free_port(), free_port()
+        tls = {"ca_file": str(files["ca"]), "cert_file": str(files["client"]), "key_file": str(files["client-key"])}
+        config = bridge_config(port, front_port, otlp_sink.endpoint, on_error="fail", endpoint=f"localhost:{port}",
+                               tls=tls, headers={"authorization": "Bearer s3cret"})
+        config["receivers"]["otlp/wrong"] = {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{wrong_port}"}}}
+        config["processors"]["gputally/wrong"] = {**config["processors"]["gputally"],
+                                                  "headers": {"authorization": "Bearer guess"}}
+        config["service"]["pipelines"]["metrics/wrong"] = {
+            "receivers": ["otlp/wrong"], "processors": ["gputally/wrong"], "exporters": ["otlp"]}
+        otelcol(config, wait_for=front_port)
+
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{front_port}") as channel:
+            await channel.unary_unary(METRICS_EXPORT)(metrics_request().SerializeToString(), timeout=10)
+        await otlp_sink.wait_for(lambda: len(otlp_sink.received_metrics()) == 1)
+        (delivered,) = otlp_sink.messages()
+        attributes = {kv.key: kv.value.string_value for kv in delivered.resource_metrics[0].resource.attributes}
+        assert attributes == {"host.name": "gpu-node-1", "k8s.pod.name": "trainer-0"}
+
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{wrong_port}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await channel.unary_unary(METRICS_EXPORT)(metrics_request().SerializeToString(), timeout=10)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, refused.value.details()
+        assert len(otlp_sink.received_metrics()) == 1
+    finally:
+        await service.shutdown()
