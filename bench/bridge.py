@@ -27,9 +27,11 @@ Three modes: the fixed ``--rate``; a closed loop (``--in-flight`` calls, each se
 answered); one call at a time (the latency a stage adds when nothing queues). "harness" is
 the CPU of the load generator and the sink per request, and "busy" the share of the servers'
 and harness's CPUs in use: added latency at a fixed rate is mostly queueing for CPU once
-"busy" nears 100 %. Below the table, the bridge stage's own time, as the processor's
-``otelcol_processor_gputally_call_duration`` histogram saw it (encode, call, decode: no
-queueing in otelcol's receiver or exporter), to its bucket bounds (the rounds' highest). On 6 CPUs or more the
+"busy" nears 100 %. "h.busy" is the harness's share of its own CPUs: near 100 %, the load
+generator, not the servers, sets the pace. Below the table, the bridge stage's own time, as
+the processor's ``otelcol_processor_gputally_call_duration`` histogram saw it (encode, call,
+decode: no queueing in otelcol's receiver or exporter), to its bucket bounds (the rounds'
+highest); every scenario's otelcol runs with the same telemetry. On 6 CPUs or more the
 harness gets the last two to itself, out of the servers' way; ``--server-cpus`` and
 ``--harness-cpus`` set the split. The load generator is gputally's own gRPC client
 (``--client grpc`` for grpc.aio, which costs about 100 us more a request here).
@@ -44,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import re
 import signal
@@ -138,10 +141,11 @@ def otelcol_config(scenario: str, ports: dict[str, int]) -> dict[str, Any]:
     receivers, exporters = {"otlp": otlp(ports["front"])}, {"otlp": exporter(ports["sink"])}
     processors: dict[str, Any] = {}
     pipelines: dict[str, Any] = {"metrics": {"receivers": ["otlp"], "processors": [], "exporters": ["otlp"]}}
-    metrics: dict[str, Any] = {"level": "none"}
-    if scenario == "bridge":  # the processor's own call_duration histogram, for stage_buckets
-        pull = {"exporter": {"prometheus": {"host": "127.0.0.1", "port": ports["telemetry"]}}}
-        metrics = {"level": "normal", "readers": [{"pull": pull}]}
+    # Telemetry on in every scenario alike: the bridge's gives stage_buckets the processor's
+    # call_duration histogram, and the others pay the same for theirs.
+    pull = {"exporter": {"prometheus": {"host": "127.0.0.1", "port": ports["telemetry"]}}}
+    metrics = {"level": "normal", "readers": [{"pull": pull}]}
+    if scenario == "bridge":
         processors["gputally"] = {"endpoint": f"127.0.0.1:{ports['gputally']}", "tls": {"insecure": True},
                                   "pipeline": "metrics/bridge"}
         pipelines["metrics"]["processors"] = ["gputally"]
@@ -181,7 +185,8 @@ def sink_counts(report: Path) -> dict[str, int]:
         return {"requests": 0, "points": 0, "stamps": 0}
 
 
-BUCKET = re.compile(r'^otelcol_processor_gputally_call_duration_bucket\{outcome="ok",[^}]*le="([^"]+)"\} (\S+)$', re.M)
+BUCKET = re.compile(r"^otelcol_processor_gputally_call_duration_bucket\{([^}]*)\} (\S+)$", re.M)
+LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 def stage_buckets(port: int) -> dict[float, float]:
@@ -189,7 +194,13 @@ def stage_buckets(port: int) -> dict[float, float]:
     calls at or under each bucket's bound in ms, cumulative."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
-    return {float(le): float(count) for le, count in BUCKET.findall(text)}
+    buckets: dict[float, float] = {}
+    for labels, count in BUCKET.findall(text):
+        found = dict(LABEL.findall(labels))
+        if found.get("outcome") == "ok":  # summed over signals and any other label
+            le = float(found["le"])
+            buckets[le] = buckets.get(le, 0.0) + float(count)
+    return buckets
 
 
 def stage_summary(before: dict[float, float], after: dict[float, float]) -> dict[str, float]:
@@ -296,6 +307,7 @@ def run(scenario: str, args: argparse.Namespace, rate: float, in_flight: int) ->
         "cpu_us_per_request": cpu / max(load.sent, 1) * 1e6,
         "harness_us_per_request": harness_cpu / max(load.sent, 1) * 1e6,
         "busy": busy_cpu / (wall * len(set(cpus) | set(harness_cpus))),
+        "harness_busy": harness_cpu / (wall * len(harness_cpus)),
         **stage,
         # processes[1:] is [gputally, otelcol] or [otelcol]
         "gputally_us_per_request": cpus_used[0] / max(load.sent, 1) * 1e6 if len(cpus_used) == 2 else 0.0,
@@ -307,17 +319,18 @@ def report(mode: str, results: dict[str, list[dict[str, Any]]]) -> None:
     med = {s: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for s, runs in results.items()}
     base = med["otelcol"]
     print(f"\n{mode}: median of {len(results['otelcol'])} round(s)")
-    print(f"{'scenario':10} {'pts/CPU-s':>10} {'us CPU/req (g+o)':>18} {'harness':>7} {'busy':>5} {'req/s':>7} "
+    print(f"{'scenario':10} {'pts/CPU-s':>10} {'us CPU/req (g+o)':>18} {'harness':>7} {'busy':>5} {'h.busy':>6} {'req/s':>7} "
           f"{'call p50/p99 ms':>16} {'e2e p50/p99 ms':>15} {'added p50/p99 ms':>17} {'lost':>5} {'refused':>7}")
     for scenario, m in med.items():
         added = (f"{m['e2e_p50'] - base['e2e_p50']:+.2f}/{m['e2e_p99'] - base['e2e_p99']:+.2f}"
                  if scenario != "otelcol" else "-")
         split = f"{m['cpu_us_per_request']:,.0f} ({m['gputally_us_per_request']:,.0f}+{m['otelcol_us_per_request']:,.0f})"
         print(f"{scenario:10} {m['points_per_cpu_s']:>10,.0f} {split:>18} {m['harness_us_per_request']:>7,.0f} "
-              f"{m['busy']:>5.0%} {m['req_per_s']:>7,.0f} "
+              f"{m['busy']:>5.0%} {m['harness_busy']:>6.0%} {m['req_per_s']:>7,.0f} "
               f"{m['call_p50']:>7.2f}/{m['call_p99']:<8.2f} {m['e2e_p50']:>6.2f}/{m['e2e_p99']:<8.2f} {added:>17} "
               f"{m['lost']:>5.0f} {m['refused']:>7.0f}")
-    stage = {**med["bridge"], **{k: max(r[k] for r in results["bridge"]) for k in ("stage_p50_le", "stage_p99_le")}}
+    stage = {**med["bridge"], **{k: max((r[k] for r in results["bridge"] if not math.isnan(r[k])), default=math.nan)
+                                 for k in ("stage_p50_le", "stage_p99_le")}}
     print(f"the bridge stage itself (the processor's call_duration, in otelcol): {stage['stage_within_1ms']:.1%} "
           f"of calls within 1 ms; p50 <= {stage['stage_p50_le']:g} ms, p99 <= {stage['stage_p99_le']:g} ms")
 
@@ -362,7 +375,7 @@ def main() -> None:
                 stage = f"stage p99 <= {r['stage_p99_le']:g} ms " if scenario == "bridge" else ""
                 print(f"  {mode.split(',')[0]:10} round {round_ + 1} {scenario:8} {r['points_per_cpu_s']:>10,.0f} pts/CPU-s "
                       f"{r['req_per_s']:6,.0f} req/s call p50 {r['call_p50']:.2f} p99 {r['call_p99']:.2f} ms "
-                      f"e2e p50 {r['e2e_p50']:.2f} p99 {r['e2e_p99']:.2f} ms busy {r['busy']:.0%} {stage}"
+                      f"e2e p50 {r['e2e_p50']:.2f} p99 {r['e2e_p99']:.2f} ms busy {r['busy']:.0%} (harness {r['harness_busy']:.0%}) {stage}"
                       f"lost {r['lost']} refused {r['refused']}", flush=True)
         report(mode, results)
 

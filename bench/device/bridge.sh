@@ -17,5 +17,7 @@ gunzip -c .device-bin/otelcol-gputally-bench.gz > $otelcol && chmod +x $otelcol 
   || { echo "no .device-bin/otelcol-gputally-bench.gz: run bench/device/prepare.sh here"; exit 1; }
 timeout 400 /tmp/gt/bin/python bench/bridge.py --otelcol "$otelcol" --seconds 5 --rounds 2 --no-closed-loop \
   > "$out/bridge.txt" 2>&1
-echo "bridge rc=$?"
+rc=$?
+echo "bridge rc=$rc"
 grep -v '^  ' "$out/bridge.txt"
+exit $rc

@@ -7,6 +7,7 @@
 #                    gzipped (33 MB, 12 MB packed: the wheels are 40 MB)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+[[ -f ../shared/device/prepare.sh ]] || { echo "prepare.sh: no ../shared/device/prepare.sh beside the checkout" >&2; exit 1; }
 bash ../shared/device/prepare.sh
 built=$(OTELCOL_MANIFEST=collector-config/builder-bench.yaml tests/harness/otelcol/build.sh)
 rm -rf .device-bin && mkdir -p .device-bin

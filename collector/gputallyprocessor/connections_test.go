@@ -135,6 +135,7 @@ func TestPipelinesOfOneIDShareAConnection(t *testing.T) {
 	require.NoError(t, err)
 	for _, p := range []component.Component{metrics, logs, separate} {
 		require.NoError(t, p.Start(ctx, host))
+		t.Cleanup(func() { _ = p.Shutdown(ctx) }) // a failed check still releases it (safe twice)
 	}
 
 	require.NoError(t, metrics.ConsumeMetrics(ctx, testMetrics(1)))
@@ -156,6 +157,7 @@ func TestPipelinesOfOneIDShareAConnection(t *testing.T) {
 	again, err := f.CreateLogs(ctx, set, cfg, consumertest.NewNop())
 	require.NoError(t, err)
 	require.NoError(t, again.Start(ctx, host))
+	t.Cleanup(func() { _ = again.Shutdown(ctx) })
 	require.NoError(t, again.ConsumeLogs(ctx, testLogs(1, "")))
 	require.NoError(t, again.Shutdown(ctx))
 	assert.Equal(t, 3, frames.accepted())

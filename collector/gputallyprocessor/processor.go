@@ -194,8 +194,9 @@ func process[T any](ctx context.Context, b *bridge, c *codec[T], data T) (T, err
 // Every error it returns carries a gRPC status: local encoding failures are INTERNAL.
 func exchange[T any](ctx context.Context, b *bridge, c *codec[T], data T) (T, answer, error) {
 	var none T
-	if b.client == nil {
-		return none, nil, status.Error(codes.Unavailable, "the processor has not been started")
+	client := b.client // read once: shutdown clears it
+	if client == nil {
+		return none, nil, status.Error(codes.Unavailable, "the processor is not started (or already shut down)")
 	}
 	payload, err := c.marshal(data)
 	if err != nil {
@@ -203,7 +204,7 @@ func exchange[T any](ctx context.Context, b *bridge, c *codec[T], data T) (T, an
 	}
 	callCtx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
-	ans, err := c.call(callCtx, b.client, payload, b.cfg.Pipeline, b.callOpts...)
+	ans, err := c.call(callCtx, client, payload, b.cfg.Pipeline, b.callOpts...)
 	if err != nil {
 		return none, nil, err
 	}

@@ -20,7 +20,8 @@ and posted to the same Prometheus (`constructed_request`), on a node of their ow
   ecc_uncorrected}`` 0 -> 1, and usage counters of the reserved owner ``unallocated``;
 * a pod named late on the failed GPU (``LATE_POD``): its first counters, and its process's
   first samples, went out with its uid only (the API server had not named it yet, as when it
-  was unreachable), already counting; its later ones carry its namespace and name too.
+  was unreachable), already counting; its later ones carry its namespace and name too. A
+  process of the pod that replaced it (same namespace and name, another uid) runs beside it.
 
 Throttling needs nothing constructed: the recording has ``sw_power_cap`` active.
 """
@@ -58,6 +59,7 @@ UNIT = {"allocated": "h", "busy": "h", "idle": "h", "energy": "kwatth", "cost": 
 
 CONSTRUCTED_NODE = "constructed-node"
 LATE_POD, LATE_NAMESPACE, LATE_NAME, LATE_PID = "3f1c2d4e-0b5a-4c6d-9e7f-late00000001", "research", "late-0", 4343
+RECREATED_POD, RECREATED_PID = "8a7b6c5d-1e2f-4a3b-8c9d-late00000002", 4444
 FAILED_GPU, DEGRADED_GPU = "GPU-constructed-failed", "GPU-constructed-degraded"
 JOB, JOB_USER, JOB_ACCOUNT = "4242", "alice", "chem"
 CONSTRUCTED = {  # owner id -> counter -> the values at -40 s, -20 s and 0 s from the last emit
@@ -112,9 +114,9 @@ def constructed_request(at: float) -> bytes:
                                                         for field, values in CONSTRUCTED[LATE_POD].items()},
                              (at - 50, at - 45))
 
-    def process(attributes: Mapping[str, Any], stamps: Sequence[float]) -> Any:
+    def process(attributes: Mapping[str, Any], stamps: Sequence[float], pid: int = LATE_PID) -> Any:
         return otlp.resource(
-            {**attributes, "process.pid": LATE_PID, "process.executable.name": "python"},
+            {**attributes, "process.pid": pid, "process.executable.name": "python"},
             otlp.gauge("gputally.gpu.process.memory.usage", "By", [otlp.point(2**30, at=t) for t in stamps]),
             otlp.gauge("gputally.gpu.process.utilization", "1",
                        [otlp.point(0.5, {"hw.gpu.task": "general"}, at=t) for t in stamps]),
@@ -134,6 +136,7 @@ def constructed_request(at: float) -> bytes:
         usage(LATE_POD, "k8s.pod", pod_named, CONSTRUCTED[LATE_POD]),
         process(pod, (at - 50, at - 45)),
         process(pod_named, times),
+        process({**pod_named, "k8s.pod.uid": RECREATED_POD}, times, RECREATED_PID),
         usage("unallocated", "unallocated", {"hw.id": DEGRADED_GPU, "hw.model": "NVIDIA H200",
                                              "host.name": CONSTRUCTED_NODE}, CONSTRUCTED["unallocated"]),
     )
@@ -352,7 +355,8 @@ def test_every_workload_panel_returns_data_for_a_pod_and_a_job(fed: Fed, who: st
     assert figures["Peak GPU memory"][""] == want["peak"]
 
     # The processes panels show this owner's processes, one series each, and no one else's: the
-    # late pod's before it was named too, and never the job's, which have no pod name either.
+    # late pod's before it was named too, never the job's, which have no pod name either, nor
+    # those of the pod that replaced it under the same name.
     pids = {str(pid) for pid, o in fed.scene.owners.items() if o == owner} | ({str(LATE_PID)} if who == "late" else set())
     for title in ("Process GPU memory", "Process SM utilization"):
         expr = grafana.substitute(grafana.targets(panel(board, title))[0]["expr"], values)

@@ -5,8 +5,10 @@
 #   tests/harness/otelcol/build.sh --check   print the path if an up-to-date build is cached,
 #                                            else exit 3 without building (used by the fixture)
 #   OTELCOL_MANIFEST=collector-config/builder-bench.yaml tests/harness/otelcol/build.sh
-#                                            another manifest (the benchmark's small otelcol),
-#                                            cached beside the test one as <name>-<version>/
+#                                            another manifest (the benchmark's small otelcol;
+#                                            a relative path is from the checkout's root),
+#                                            cached beside the test one as <name>-<version>/;
+#                                            set it for that one command, not in the shell
 #
 # The distribution is collector-config/builder.yaml, built by the OpenTelemetry Collector
 # Builder (ocb) of the same release, installed with `go install` into the cache. Everything
