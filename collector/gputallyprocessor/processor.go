@@ -37,8 +37,8 @@ type bridge struct {
 	conns    *connections
 	callOpts []grpc.CallOption
 
-	// Set by start, before any batch arrives; conn is cleared by shutdown.
-	conn   *grpc.ClientConn
+	// Set by start, before any batch arrives, on the ID's shared connection; cleared by
+	// shutdown (nil: not started, or shut down).
 	client bridgepb.BridgeClient
 }
 
@@ -67,7 +67,6 @@ func (b *bridge) start(ctx context.Context, host component.Host) error {
 	if err != nil {
 		return fmt.Errorf("gputally processor: connecting to %q: %w", b.cfg.ClientConfig.Endpoint, err)
 	}
-	b.conn = conn
 	b.client = bridgepb.NewBridgeClient(conn)
 	return nil
 }
@@ -76,10 +75,10 @@ func (b *bridge) start(ctx context.Context, host component.Host) error {
 // before start and when called again. A call made after it fails (the connection is closing,
 // or the instance has none) and goes through on_error.
 func (b *bridge) shutdown(context.Context) error {
-	if b.conn == nil {
+	if b.client == nil {
 		return nil
 	}
-	b.conn, b.client = nil, nil
+	b.client = nil
 	return b.conns.release(b.cfg)
 }
 
