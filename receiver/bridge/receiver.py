@@ -26,7 +26,7 @@ from google.rpc import error_details_pb2, status_pb2
 from gputally.auth import BearerTokenAuth
 from gputally.endpoint import listen
 from gputally.errors import InvalidRequest, Refused
-from gputally.h2 import GrpcError, Metadata, Method, Server
+from gputally.h2 import GrpcError, Metadata, Method, Server, metadata_value
 from gputally.h2.server import UnaryHandler
 from gputally.otlp.known import CheckedShapes
 from gputally.otlp.signals import Signal
@@ -109,8 +109,7 @@ class BridgeReceiver(Receiver):
 
         async def handle(request: bytes, metadata: Metadata) -> bytes:
             if self._auth is not None:
-                header = next((value for key, value in metadata if key == "authorization"), None)
-                if not self._auth.verify(header):
+                if not self._auth.verify(metadata_value(metadata, "authorization")):
                     raise self._refuse(signal, grpc.StatusCode.UNAUTHENTICATED, "missing or invalid authorization",
                                        reason="unauthenticated")
             call = request_type()

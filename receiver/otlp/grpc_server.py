@@ -14,7 +14,7 @@ import logging
 from grpc_status import rpc_status
 
 from gputally.endpoint import listen
-from gputally.h2 import GrpcError, Metadata, Method, Server
+from gputally.h2 import GrpcError, Metadata, Method, Server, metadata_value
 from gputally.h2.limits import Limits
 from gputally.h2.server import TooLargeHandler, UnaryHandler
 from gputally.otlp.signals import SIGNALS, Signal
@@ -63,8 +63,7 @@ class GRPCServer(GRPCListener):
         intake, limit = self._intake, self._limit
 
         async def handle(request: bytes, metadata: Metadata) -> bytes:
-            authorization = next((value for key, value in metadata if key == "authorization"), None)
-            outcome = await export(intake, signal, request, authorization, limit)
+            outcome = await export(intake, signal, request, metadata_value(metadata, "authorization"), limit)
             if not isinstance(outcome, Failure):
                 return outcome
             status = rpc_status.to_status(outcome.rpc_status())
@@ -78,8 +77,7 @@ class GRPCServer(GRPCListener):
         intake, limit = self._intake, self._limit
 
         async def refuse(size: int, metadata: Metadata) -> bytes:
-            authorization = next((value for key, value in metadata if key == "authorization"), None)
-            failure = refuse_too_large(intake, signal, size, authorization, limit)
+            failure = refuse_too_large(intake, signal, size, metadata_value(metadata, "authorization"), limit)
             status = rpc_status.to_status(failure.rpc_status())
             raise GrpcError(status.code, status.details, tuple(status.trailing_metadata))
 

@@ -9,7 +9,7 @@ rules (:mod:`.grpc`), a server (:mod:`.server`) and a reconnecting client channe
 """
 
 from .client import Channel, Proxy, Target, parse_target, proxy_for
-from .grpc import GrpcError, Metadata
+from .grpc import GrpcError, Metadata, metadata_value
 from .server import Method, Server
 
-__all__ = ["Channel", "GrpcError", "Metadata", "Method", "Proxy", "Server", "Target", "parse_target", "proxy_for"]
+__all__ = ["Channel", "GrpcError", "Metadata", "Method", "Proxy", "Server", "Target", "metadata_value", "parse_target", "proxy_for"]

@@ -29,6 +29,7 @@ __all__ = [
     "gunzip",
     "gzip",
     "message",
+    "metadata_value",
     "parse_timeout",
     "read_message",
     "split_message",
@@ -69,10 +70,12 @@ class GrpcError(Exception):
         return f"{self.code.name}: {self.details}"
 
     def trailing(self, key: str) -> str | bytes | None:
-        for name, value in self.trailers:
-            if name == key:
-                return value
-        return None
+        return metadata_value(self.trailers, key)
+
+
+def metadata_value(metadata: Metadata, key: str) -> str | bytes | None:
+    """The first value of ``key`` (lower-case, as received) in ``metadata``; None without one."""
+    return next((value for name, value in metadata if name == key), None)
 
 
 def message(payload: bytes, *, compressed: bool = False) -> bytes:
