@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
+from gputally.config.types import AuthSettings
 from gputally.otlp.batch import Signal
 from gputally.otlp.known import CheckedShapes
 from gputally.pipeline.component import ComponentContext, Consumer, Receiver
@@ -45,18 +46,18 @@ class OTLPReceiver(Receiver):
         self._started = False
         grpc, http = config.protocols.grpc, config.protocols.http
         checked = CheckedShapes(budget=config.checked_shapes_mib << 20)  # one cache for both transports
+
+        def intake(transport: str, auth: AuthSettings | None) -> Intake:
+            return Intake(name=context.id, consumers=consumers, checked=checked,
+                          metrics=context.telemetry.for_receiver(context.id, transport),
+                          auth=context.authenticator(auth))
+
         if grpc is not None:
             server = GRPCServer if grpc.implementation == "native" else GrpcioServer
             self._grpc = server(
                 grpc,
                 name=context.id,
-                intake=Intake(
-                    name=context.id,
-                    consumers=consumers,
-                    metrics=context.telemetry.for_receiver(context.id, "grpc"),
-                    auth=context.authenticator(grpc.auth),
-                    checked=checked,
-                ),
+                intake=intake("grpc", grpc.auth),
                 tls=ServerTLS.load(grpc.tls, f"{where}.grpc") if grpc.tls else None,
                 is_ready=context.is_ready,
                 reuse_port=reuse_port,
@@ -67,13 +68,7 @@ class OTLPReceiver(Receiver):
             self._http = HTTPServer(
                 http,
                 name=context.id,
-                intake=Intake(
-                    name=context.id,
-                    consumers=consumers,
-                    metrics=context.telemetry.for_receiver(context.id, "http"),
-                    auth=context.authenticator(http.auth),
-                    checked=checked,
-                ),
+                intake=intake("http", http.auth),
                 tls=ServerTLS.load(http.tls, f"{where}.http") if http.tls else None,
                 reuse_port=reuse_port,
                 grace=grace,
