@@ -5,6 +5,7 @@ same pair with k8s and slurm, and kills gputally mid-stream.)"""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -76,16 +77,45 @@ def gputally_bridge(port: int) -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-async def bridge() -> AsyncIterator[int]:
-    """gputally's bridge receiver in a real ``Service``, in this test's event loop; its port."""
-    port = free_port()
-    service = Service(validate_gputally(gputally_bridge(port), Registry.discover()))
+@contextlib.asynccontextmanager
+async def serving(config: dict[str, Any]) -> AsyncIterator[None]:
+    """gputally with ``config`` in a real ``Service``, in this test's event loop."""
+    service = Service(validate_gputally(config, Registry.discover()))
     await service.start()
     try:
-        yield port
+        yield
     finally:
         await service.shutdown()
+
+
+@pytest.fixture
+async def bridge() -> AsyncIterator[int]:
+    """gputally's bridge receiver (:func:`gputally_bridge`), serving; its port."""
+    port = free_port()
+    async with serving(gputally_bridge(port)):
+        yield port
+
+
+def add_pipeline(config: dict[str, Any], name: str, port: int, **processor: Any) -> None:
+    """A second pipeline in the otelcol ``config``: an OTLP receiver on ``port`` into its own
+    gputally processor, the first one's settings changed by ``processor``."""
+    config["receivers"][f"otlp/{name}"] = {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{port}"}}}
+    config["processors"][f"gputally/{name}"] = {**config["processors"]["gputally"], **processor}
+    config["service"]["pipelines"][f"metrics/{name}"] = {
+        "receivers": [f"otlp/{name}"], "processors": [f"gputally/{name}"], "exporters": ["otlp"]}
+
+
+async def export(port: int) -> None:
+    """:func:`metrics_request` into the otelcol receiver on ``port``."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        await channel.unary_unary(METRICS_EXPORT)(metrics_request().SerializeToString(), timeout=10)
+
+
+async def delivered_resource(otlp_sink: OtlpSink) -> dict[str, str]:
+    """The resource attributes of the one request the sink got, once it got it."""
+    await otlp_sink.wait_for(lambda: len(otlp_sink.received_metrics()) == 1)
+    (delivered,) = otlp_sink.messages()
+    return {kv.key: kv.value.string_value for kv in delivered.resource_metrics[0].resource.attributes}
 
 
 def metrics_request() -> ExportMetricsServiceRequest:
@@ -103,26 +133,18 @@ async def test_otelcol_sends_batches_through_gputallys_bridge(
 ) -> None:
     front_port, unknown_port = free_port(), free_port()
     config = bridge_config(bridge, front_port, otlp_sink.endpoint, on_error="fail")
-    # A second pipeline whose processor names a pipeline gputally does not have.
-    config["receivers"]["otlp/unknown"] = {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{unknown_port}"}}}
-    config["processors"]["gputally/unknown"] = {**config["processors"]["gputally"], "pipeline": "metrics/nope"}
-    config["service"]["pipelines"]["metrics/unknown"] = {
-        "receivers": ["otlp/unknown"], "processors": ["gputally/unknown"], "exporters": ["otlp"]}
+    add_pipeline(config, "unknown", unknown_port, pipeline="metrics/nope")  # gputally has no such pipeline
     otelcol(config, wait_for=front_port)
 
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{front_port}") as channel:
-        await channel.unary_unary(METRICS_EXPORT)(metrics_request().SerializeToString(), timeout=10)
-    await otlp_sink.wait_for(lambda: len(otlp_sink.received_metrics()) == 1)
+    await export(front_port)
+    assert await delivered_resource(otlp_sink) == {"host.name": "gpu-node-1", "k8s.pod.name": "trainer-0"}
     (delivered,) = otlp_sink.messages()
-    attributes = {kv.key: kv.value.string_value for kv in delivered.resource_metrics[0].resource.attributes}
-    assert attributes == {"host.name": "gpu-node-1", "k8s.pod.name": "trainer-0"}
     assert delivered.resource_metrics[0].scope_metrics[0].metrics[0].gauge.data_points[0].as_double == 0.87
 
     # Under on_error: fail gputally's status reaches the sender: the otlp receiver answers with
     # the code it carries (NOT_FOUND for an unknown pipeline: not retryable by OTLP's rules).
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{unknown_port}") as channel:
-        with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await channel.unary_unary(METRICS_EXPORT)(metrics_request().SerializeToString(), timeout=10)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await export(unknown_port)
     assert refused.value.code() == grpc.StatusCode.NOT_FOUND, refused.value.details()
     details = refused.value.details() or ""
     assert 'gputally ProcessMetrics (pipeline "metrics/nope")' in details
@@ -139,12 +161,8 @@ async def test_a_processor_that_compresses_is_answered(
     otelcol(bridge_config(bridge, front_port, otlp_sink.endpoint, on_error="fail", compression="gzip"),
             wait_for=front_port)
 
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{front_port}") as channel:
-        await channel.unary_unary(METRICS_EXPORT)(metrics_request().SerializeToString(), timeout=10)
-    await otlp_sink.wait_for(lambda: len(otlp_sink.received_metrics()) == 1)
-    (delivered,) = otlp_sink.messages()
-    attributes = {kv.key: kv.value.string_value for kv in delivered.resource_metrics[0].resource.attributes}
-    assert attributes == {"host.name": "gpu-node-1", "k8s.pod.name": "trainer-0"}
+    await export(front_port)
+    assert await delivered_resource(otlp_sink) == {"host.name": "gpu-node-1", "k8s.pod.name": "trainer-0"}
 
 
 async def test_mutual_tls_and_a_bearer_token_between_the_two_sides(
@@ -166,31 +184,18 @@ async def test_mutual_tls_and_a_bearer_token_between_the_two_sides(
         "endpoint": f"localhost:{port}", "auth": {"authenticator": "bearertokenauth"},
         "tls": {"cert_file": str(files["server"]), "key_file": str(files["server-key"]),
                 "client_ca_file": str(files["ca"])}}
-    service = Service(validate_gputally(gputally, Registry.discover()))
-    await service.start()
-    try:
+    async with serving(gputally):
         front_port, wrong_port = free_port(), free_port()
         tls = {"ca_file": str(files["ca"]), "cert_file": str(files["client"]), "key_file": str(files["client-key"])}
         config = bridge_config(port, front_port, otlp_sink.endpoint, on_error="fail", endpoint=f"localhost:{port}",
                                tls=tls, headers={"authorization": "Bearer s3cret"})
-        config["receivers"]["otlp/wrong"] = {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{wrong_port}"}}}
-        config["processors"]["gputally/wrong"] = {**config["processors"]["gputally"],
-                                                  "headers": {"authorization": "Bearer guess"}}
-        config["service"]["pipelines"]["metrics/wrong"] = {
-            "receivers": ["otlp/wrong"], "processors": ["gputally/wrong"], "exporters": ["otlp"]}
+        add_pipeline(config, "wrong", wrong_port, headers={"authorization": "Bearer guess"})
         otelcol(config, wait_for=front_port)
 
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{front_port}") as channel:
-            await channel.unary_unary(METRICS_EXPORT)(metrics_request().SerializeToString(), timeout=10)
-        await otlp_sink.wait_for(lambda: len(otlp_sink.received_metrics()) == 1)
-        (delivered,) = otlp_sink.messages()
-        attributes = {kv.key: kv.value.string_value for kv in delivered.resource_metrics[0].resource.attributes}
-        assert attributes == {"host.name": "gpu-node-1", "k8s.pod.name": "trainer-0"}
+        await export(front_port)
+        assert await delivered_resource(otlp_sink) == {"host.name": "gpu-node-1", "k8s.pod.name": "trainer-0"}
 
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{wrong_port}") as channel:
-            with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await channel.unary_unary(METRICS_EXPORT)(metrics_request().SerializeToString(), timeout=10)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await export(wrong_port)
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, refused.value.details()
         assert len(otlp_sink.received_metrics()) == 1
-    finally:
-        await service.shutdown()
