@@ -9,8 +9,9 @@ import time
 from collections.abc import Iterator, Mapping
 
 import pytest
+from harness.prometheus.fixtures import started_prometheus
 from harness.prometheus.otlp import counter, gauge, point, request, resource
-from harness.prometheus.server import Binaries, HarnessError, Prometheus
+from harness.prometheus.server import Binaries, Prometheus
 
 from tests.report.support import report
 
@@ -21,13 +22,8 @@ GPU = {"hw.model": "NVIDIA H100 80GB HBM3", "host.name": "node-1", "gputally.gpu
 
 @pytest.fixture(scope="module")
 def prom(prometheus_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    server = Prometheus(prometheus_binaries.prometheus, tmp_path_factory.mktemp("counters") / "prometheus")
-    try:
-        server.start()
-    except HarnessError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    yield server
-    server.stop()
+    with started_prometheus(prometheus_binaries, tmp_path_factory.mktemp("counters") / "prometheus") as server:
+        yield server
 
 
 def at(minute: float) -> float:

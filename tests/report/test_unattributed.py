@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from harness.prometheus.fixtures import started_prometheus
 from harness.prometheus.otlp import counter, point, request, resource
-from harness.prometheus.server import Binaries, HarnessError, Prometheus
+from harness.prometheus.server import Binaries, Prometheus
 
 from tests.report.support import report
 from tests.report.test_counters import GPU, at, emit
@@ -16,13 +17,8 @@ from tests.report.test_counters import GPU, at, emit
 
 @pytest.fixture(scope="module")
 def prom(prometheus_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    server = Prometheus(prometheus_binaries.prometheus, tmp_path_factory.mktemp("unattributed") / "prometheus")
-    try:
-        server.start()
-    except HarnessError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    yield server
-    server.stop()
+    with started_prometheus(prometheus_binaries, tmp_path_factory.mktemp("unattributed") / "prometheus") as server:
+        yield server
 
 
 def per_gpu(prom: Prometheus, minute: float, no_cgroup: float, no_metadata: float) -> None:

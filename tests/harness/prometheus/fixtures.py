@@ -7,6 +7,7 @@ the OTLP -> Prometheus path must not pass vacuously in CI.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,14 +30,24 @@ def promtool(prometheus_binaries: Binaries) -> Path:
     return prometheus_binaries.promtool
 
 
-@pytest.fixture
-def prometheus(prometheus_binaries: Binaries, tmp_path: Path) -> Iterator[Prometheus]:
-    """A started Prometheus with the OTLP receiver and gputally's promoted resource
-    attributes (`harness.prometheus.server.default_config`), stopped (by pid) after the test."""
-    server = Prometheus(prometheus_binaries.prometheus, tmp_path / "prometheus")
+@contextlib.contextmanager
+def started_prometheus(binaries: Binaries, directory: Path) -> Iterator[Prometheus]:
+    """A started Prometheus with the OTLP receiver and gputally's promoted resource attributes
+    (`harness.prometheus.server.default_config`), its data in ``directory``; the test fails
+    when it cannot start, and it is stopped (by pid) on leaving. For fixtures of any scope."""
+    server = Prometheus(binaries.prometheus, directory)
     try:
         server.start()
     except HarnessError as exc:
         pytest.fail(str(exc), pytrace=False)
-    yield server
-    server.stop()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def prometheus(prometheus_binaries: Binaries, tmp_path: Path) -> Iterator[Prometheus]:
+    """:func:`started_prometheus` for one test."""
+    with started_prometheus(prometheus_binaries, tmp_path / "prometheus") as server:
+        yield server
