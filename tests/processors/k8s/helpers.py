@@ -11,6 +11,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 
+from gputally.kubelet.devices import DeviceMap, Holder, device_key
 from gputally.otlp.batch import Batch, Signal
 from gputally.pipeline.component import ComponentContext
 from gputally.processors.k8s import K8sConfig
@@ -156,3 +157,12 @@ def make(config: Mapping[str, Any] | None = None, *, signal: Signal = Signal.MET
     """A processor in gateway mode unless said otherwise, not started: tests fill its caches."""
     section = {"mode": "gateway", **(config or {})}
     return create(K8sConfig.model_validate(section), ctx or context(), signal, environ={})
+
+
+def allocate(proc: K8sProcessor, *holders: tuple[str, Holder]) -> None:
+    """Hand ``proc``'s PodResources client these (device id, holder) allocations, as if read."""
+    by_key: dict[str, list[Holder]] = {}
+    for device_id, holder in holders:
+        by_key.setdefault(device_key(device_id), []).append(holder)
+    assert proc.runtime.podresources is not None
+    proc.runtime.podresources.devices = DeviceMap(by_key)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gputally.kubelet import DeviceMap, Holder, device_key
+from gputally.kubelet import Holder
 from gputally.processors.k8s.processor import K8sProcessor
 from tests.kubelet.cri import Runtime, runtime_socket
 
-from .helpers import CGROUP_629, CONTAINER, GPU, POD_UID, gpu_resource, k8s_only, make, metrics_batch, \
+from .helpers import CGROUP_629, CONTAINER, GPU, POD_UID, allocate, gpu_resource, k8s_only, make, metrics_batch, \
     process_resource, resource_attrs
 
 HOLDERS = "gputally.k8s.podresources.holders"
@@ -23,14 +23,6 @@ OTHER_UID = "5b1d9e2a-7777-4888-9999-aaaabbbbcccc"
 def node_mode(tmp_path: Path, cri: Path) -> K8sProcessor:
     return make({"mode": "node", "node_name": "node-a", "pod_resources": {"socket": str(tmp_path / "kubelet.sock")},
                  "cri": {"socket": str(cri)}})
-
-
-def allocate(proc: K8sProcessor, *holders: tuple[str, Holder]) -> None:
-    by_key: dict[str, list[Holder]] = {}
-    for device_id, holder in holders:
-        by_key.setdefault(device_key(device_id), []).append(holder)
-    assert proc.runtime.podresources is not None
-    proc.runtime.podresources.devices = DeviceMap(by_key)
 
 
 async def test_node_mode_names_processes_and_holders_by_uid_without_the_api_server(tmp_path: Path) -> None:

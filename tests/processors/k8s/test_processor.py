@@ -7,13 +7,14 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from gputally.kubelet.devices import DeviceMap, Holder, device_key
+from gputally.kubelet.devices import Holder
 from gputally.otlp.batch import Signal
 from gputally.processors.k8s.model import KeyFilter, pod_from_json
 from gputally.processors.k8s.owners import OwnerResolver
 from gputally.processors.k8s.processor import K8sProcessor
 
 from .helpers import (
+    allocate,
     CGROUP_628,
     CGROUP_629,
     CONTAINER,
@@ -179,14 +180,6 @@ async def test_an_owner_lookup_that_completes_changes_the_next_batch() -> None:
 def node_mode(tmp_path: Path, **config: object) -> K8sProcessor:
     return make({"mode": "node", "node_name": "node-a",
                  "pod_resources": {"socket": str(tmp_path / "kubelet.sock")}, **config})
-
-
-def allocate(proc: K8sProcessor, *holders: tuple[str, Holder]) -> None:
-    by_key: dict[str, list[Holder]] = {}
-    for device_id, holder in holders:
-        by_key.setdefault(device_key(device_id), []).append(holder)
-    assert proc.runtime.podresources is not None
-    proc.runtime.podresources.devices = DeviceMap(by_key)
 
 
 async def test_an_allocated_idle_gpu_carries_its_pod(tmp_path: Path) -> None:
