@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from support.clock import Clock
 
 from gputally.cli.main import build_parser, main
 from gputally.errors import ConfigError
@@ -37,16 +38,6 @@ from tests.probes.nvml.helpers import (
 )
 
 NOTEBOOK = "notebooks/jupyter-alice-0/notebook/nvidia.com/gpu"
-
-
-class Clock:
-    """Fake monotonic time: the refresh interval is waited out by moving it."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
+from support.clock import Clock
+
 from gputally.processors.k8s.model import KeyFilter, OwnerRef, PodInfo, pod_from_json
 from gputally.processors.k8s.store import PodStore
 
 from .helpers import cid, pod_json
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def pod(name: str, uid: str, *, containers: dict[str, str] | None = None, **kw: object) -> PodInfo:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from support.clock import Clock
 
 from gputally.processors.slurm import JobCache, JobInfo
 from tests.processors.slurm.fakes import FakeBackend
@@ -15,14 +16,6 @@ from tests.processors.slurm.fakes import FakeBackend
 ALICE = JobInfo(job_id=1, user="alice", state="RUNNING", nodes="n1", gpus=(("n1", (0,)),))
 BOB = JobInfo(job_id=2, user="bob", state="RUNNING", nodes="n1", gpus=(("n1", (1,)),))
 DONE = JobInfo(job_id=3, user="carol", state="COMPLETED", nodes="n1")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
