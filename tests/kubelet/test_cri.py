@@ -17,16 +17,22 @@ def client(socket: Path, problems: Problems) -> CriClient:
     return CriClient(socket, refresh_interval=10.0, timeout=2.0, problems=problems)
 
 
-async def test_pods_and_containers_are_named_from_the_runtime(tmp_path: Path) -> None:
-    runtime = Runtime()
-    runtime.run_pod("ml", "trainer-0", UID_A, containers={"train": "abab" * 16})
-    runtime.run_pod("ml", "jupyter-bob-0", UID_B, containers={"notebook": "cdcd" * 16})
+async def read_once(tmp_path: Path, runtime: Runtime) -> CriClient:
+    """A client that has read ``runtime`` once (successfully), closed again."""
     async with runtime_socket(tmp_path, runtime) as socket:
         cri = client(socket, Problems(name="test"))
         try:
             assert await cri.refresh()
         finally:
             await cri.close()
+    return cri
+
+
+async def test_pods_and_containers_are_named_from_the_runtime(tmp_path: Path) -> None:
+    runtime = Runtime()
+    runtime.run_pod("ml", "trainer-0", UID_A, containers={"train": "abab" * 16})
+    runtime.run_pod("ml", "jupyter-bob-0", UID_B, containers={"notebook": "cdcd" * 16})
+    cri = await read_once(tmp_path, runtime)
     directory = cri.directory
     assert directory is not None
     assert directory.uid_of("ml", "trainer-0") == UID_A and directory.uid_of("ml", "jupyter-bob-0") == UID_B
@@ -41,12 +47,7 @@ async def test_a_name_reused_belongs_to_the_ready_sandbox(tmp_path: Path) -> Non
     runtime = Runtime()
     runtime.run_pod("ml", "trainer-0", UID_B, ready=True, created_at=5)
     runtime.run_pod("ml", "trainer-0", UID_A, ready=False, created_at=9)
-    async with runtime_socket(tmp_path, runtime) as socket:
-        cri = client(socket, Problems(name="test"))
-        try:
-            assert await cri.refresh()
-        finally:
-            await cri.close()
+    cri = await read_once(tmp_path, runtime)
     assert cri.directory is not None and cri.directory.uid_of("ml", "trainer-0") == UID_B
     assert set(cri.directory.pods) == {UID_A, UID_B}  # both still name their processes' cgroups
 
