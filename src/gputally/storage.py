@@ -21,6 +21,8 @@ keeps there, and how durably, is its own business.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -28,7 +30,7 @@ from pydantic import AfterValidator
 
 from gputally.config.types import Strict
 
-__all__ = ["FileStorageConfig", "StorageID", "StorageRef"]
+__all__ = ["FileStorageConfig", "StorageID", "StorageRef", "directory_problem"]
 
 
 class FileStorageConfig(Strict):
@@ -58,3 +60,33 @@ def _storage_id(value: str) -> StorageID:
 StorageRef = Annotated[str, AfterValidator(_storage_id)]
 """A config field naming a ``file_storage`` extension (``file_storage`` or ``file_storage/<name>``).
 A path, the spelling before the extension existed, is refused with the line that says the new one."""
+
+
+def directory_problem(directory: Path) -> str | None:
+    """Why a component could not keep files in ``directory`` (the reason, naming the path), or None.
+
+    Checks it as ``serve`` will use it: an existing directory must take a new file, a missing
+    one must be creatable under its nearest existing ancestor. The check makes and removes a
+    file or a directory there rather than asking ``os.access``, which says yes to root even
+    where the kernel refuses (``/proc``, a read-only mount). It leaves nothing behind.
+    """
+    missing = False
+    existing = Path(directory)
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        missing, existing = True, existing.parent
+    if not existing.is_dir():
+        if not missing:
+            return f"{directory} is not a directory"
+        return f"cannot create {directory}: {existing} is not a directory"
+    try:
+        if missing:
+            os.rmdir(tempfile.mkdtemp(prefix=".gputally-check-", dir=existing))
+        else:
+            handle, name = tempfile.mkstemp(prefix=".gputally-check-", dir=existing)
+            os.close(handle)
+            os.unlink(name)
+    except OSError as exc:
+        return f"cannot {'create' if missing else 'write in'} {directory}: {exc.strerror or exc}"
+    return None

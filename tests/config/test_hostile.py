@@ -173,6 +173,57 @@ def test_serve_with_a_device_as_certificate_exits_2_at_once(tmp_path: Path) -> N
     ]
 
 
+def storage_config(directory: str) -> str:
+    """A usage processor and a persistent exporter queue, both in the ``file_storage`` at ``directory``."""
+    return with_(
+        extensions={"file_storage": {"directory": directory}},
+        service__extensions=["file_storage"],
+        processors={"usage": {"storage": "file_storage"}},
+        exporters={"debug": None, "otlp": {"endpoint": "127.0.0.1:9", "tls": {"insecure": True},
+                                           "sending_queue": {"storage": "file_storage"}}},
+        service__pipelines={"metrics": {"receivers": ["otlp"], "processors": ["usage"], "exporters": ["otlp"]}},
+    )
+
+
+@pytest.mark.parametrize(("directory", "expected"), [
+    ("/etc/passwd", "/etc/passwd is not a directory"),
+    ("/etc/passwd/queue", "cannot create /etc/passwd/queue: /etc/passwd is not a directory"),
+    ("/proc/gputally-state", "cannot create /proc/gputally-state: "),
+    ("/sys/gputally-state", "cannot create /sys/gputally-state: "),
+])
+def test_storage_directory_validate_checks_what_serve_would_refuse(
+    directory: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, lines = validate(tmp_path, capsys, storage_config(directory))
+    assert code == 2
+    assert len(lines) == 1 and lines[0].startswith(
+        f"gputally: config error: extensions.file_storage.directory: {expected}"), lines
+    assert not Path(directory).exists() or Path(directory).is_file()
+
+
+def test_storage_directory_that_will_be_created_is_valid_and_left_absent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = tmp_path / "state" / "usage"
+    code, lines = validate(tmp_path, capsys, storage_config(str(directory)))
+    assert code == 0, lines
+    assert not (tmp_path / "state").exists(), "validate must not leave the directory behind"
+    directory.mkdir(parents=True)
+    code, lines = validate(tmp_path, capsys, storage_config(str(directory)))
+    assert code == 0, lines
+    assert list(directory.iterdir()) == []
+
+
+def test_serve_with_a_file_as_storage_directory_names_the_extension_key(tmp_path: Path) -> None:
+    path = tmp_path / "serve.yaml"
+    path.write_text(storage_config("/etc/passwd"))
+    result = subprocess.run([GPUTALLY, "serve", "--config", str(path)], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        "gputally: config error: extensions.file_storage.directory: /etc/passwd is not a directory"
+    ]
+
+
 def test_serve_with_an_alias_bomb_exits_2_at_once(tmp_path: Path) -> None:
     path = tmp_path / "serve.yaml"
     path.write_text(alias_bomb())

@@ -13,6 +13,7 @@ filesystem itself: `buildah mount`, then unshare + chroot; see harness/image/bui
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from collections.abc import Iterator
@@ -62,11 +63,36 @@ def test_no_compiler_pip_or_wheels_in_the_image(container: Container) -> None:
 
 
 @pytest.mark.parametrize("config", SHIPPED, ids=lambda p: str(p.relative_to(ROOT)))
-def test_validate_each_shipped_config(container: Container, config: Path) -> None:
+def test_validate_each_shipped_config(container: Container, config: Path, tmp_path: Path) -> None:
+    """Valid in the image, with a writable volume where its ``file_storage`` keeps state (as the
+    shape's manifests mount one): validate checks that serve could write there."""
     env = {"K8S_NODE_NAME": "gpu-node-1"}  # sidecar: the downward API's spec.nodeName
+    state = {}
+    for n, directory in enumerate(_storage_directories(config)):
+        volume = tmp_path / f"state-{n}"
+        volume.mkdir()
+        os.chown(volume, 10001, 10001)
+        state[volume] = directory
     proc = container.run(["gputally", "validate", "--config", f"/configs/{config.name}"],
-                         env=env, volumes={config.parent: "/configs"})
+                         env=env, volumes={config.parent: "/configs"}, writable=state)
     assert proc.returncode == 0 and "valid" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_validate_refuses_a_storage_directory_the_images_user_cannot_create(container: Container) -> None:
+    """Without its volume, the scale-out config's state directory cannot be made by uid 10001:
+    validate says so, naming the key, as serve would refuse it."""
+    config = ROOT / "collector-config" / "scale-out" / "gputally.yaml"
+    (directory,) = _storage_directories(config)
+    proc = container.run(["gputally", "validate", "--config", f"/configs/{config.name}"],
+                         volumes={config.parent: "/configs"})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"extensions.file_storage.directory: cannot create {directory}: Permission denied" in proc.stderr
+
+
+def _storage_directories(config: Path) -> list[str]:
+    extensions = (yaml.safe_load(config.read_text()) or {}).get("extensions") or {}
+    return [str(ext["directory"]) for ext_id, ext in extensions.items()
+            if ext_id.split("/")[0] == "file_storage" and ext and "${" not in str(ext.get("directory", "${"))]
 
 
 @pytest.mark.parametrize("configmap", PLAIN_CONFIGMAPS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -77,8 +103,19 @@ def test_validate_each_manifests_config(container: Container, configmap: Path, t
     tmp_path.chmod(0o755)  # readable by uid 10001 in the container
     (tmp_path / "config.yaml").chmod(0o644)
     server = _serve_container(configmap.parent, config["metadata"]["name"])
+    state = {}
+    for n, directory in enumerate(_storage_directories(tmp_path / "config.yaml")):
+        # the manifest's own volume for it: a config whose state no volume holds fails here
+        mounts = [m["mountPath"] for m in server.get("volumeMounts", [])
+                  if Path(directory).is_relative_to(m["mountPath"])]
+        assert mounts, f"{configmap}: no volume of the serve container holds {directory}"
+        volume = tmp_path / f"state-{n}"
+        volume.mkdir()
+        os.chown(volume, 10001, 10001)
+        state[volume] = mounts[0]
     proc = container.run(["gputally", "validate", "--config", "/etc/gputally/config.yaml"],
-                         env=server_env(server), volumes={tmp_path: "/etc/gputally"})
+                         env=server_env(server), volumes={tmp_path: "/etc/gputally"},
+                         writable=state)
     assert proc.returncode == 0 and "valid" in proc.stdout, proc.stdout + proc.stderr
 
 

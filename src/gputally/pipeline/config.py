@@ -24,7 +24,7 @@ from gputally.errors import ConfigError
 from gputally.otlp.batch import Signal
 from gputally.pipeline.factory import ExporterFactory, ProcessorFactory, ReceiverFactory
 from gputally.pipeline.registry import Registry
-from gputally.storage import FileStorageConfig, StorageID
+from gputally.storage import FileStorageConfig, StorageID, directory_problem
 
 __all__ = ["Config", "check_input_files", "PipelineConfig", "ServiceConfig", "TelemetryConfig", "load_config", "load_sources"]
 
@@ -398,8 +398,9 @@ def load_sources(
 
 
 def check_input_files(config: Config) -> list[str]:
-    """One line per file the config names that ``serve`` could not read: missing, unreadable,
-    a directory, a device, or too large."""
+    """One line per file the config names that ``serve`` could not read (missing, unreadable,
+    a directory, a device, or too large), and per ``file_storage`` directory it could not
+    keep files in, each naming the key the user wrote."""
     found: list[tuple[tuple[Any, ...], Path]] = []
     for kind in ("receivers", "processors", "exporters"):
         for component_id, component in getattr(config, kind).items():
@@ -414,4 +415,7 @@ def check_input_files(config: Config) -> list[str]:
         problem = check_input_file(file, key=format_path(key_path))
         if problem is not None and problem not in problems:
             problems.append(problem)
+    for ext_id, ext in config.extensions.items():
+        if isinstance(ext, FileStorageConfig) and (problem := directory_problem(ext.directory)) is not None:
+            problems.append(f"{format_path(('extensions', ext_id, 'directory'))}: {problem}")
     return problems

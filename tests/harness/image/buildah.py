@@ -78,9 +78,11 @@ class Container:
         user: str | None = "10001",
         env: Mapping[str, str] | None = None,
         volumes: Mapping[Path, str] | None = None,
+        writable: Mapping[Path, str] | None = None,
         timeout: float = 120,
     ) -> subprocess.CompletedProcess[str]:
-        """``buildah run --isolation chroot`` (the image's ENTRYPOINT is not applied)."""
+        """``buildah run --isolation chroot`` (the image's ENTRYPOINT is not applied);
+        ``volumes`` are mounted read-only, ``writable`` read-write (a pod's state volume)."""
         args = ["run", "--isolation", "chroot"]
         if user is not None:
             args += ["--user", user]
@@ -88,6 +90,8 @@ class Container:
             args += ["--env", f"{key}={value}"]
         for host, inside in (volumes or {}).items():
             args += ["--volume", f"{host}:{inside}:ro"]
+        for host, inside in (writable or {}).items():
+            args += ["--volume", f"{host}:{inside}:rw"]
         return self.image.buildah([*args, self.name, "--", *command], timeout=timeout, check=False)
 
     def run_read_only(
