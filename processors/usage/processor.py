@@ -10,6 +10,7 @@ switched on.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import time
@@ -21,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gputally.errors import GputallyError
 from gputally.otlp.batch import Batch, Signal
 from gputally.pipeline.component import ComponentContext, RuntimeProcessor
 
@@ -29,6 +31,7 @@ from .emit import MetricsEmitter, logs_request
 from .ledger import Event, Ledger
 from .observe import Observer
 from .owners import OwnerRules
+from .saving import StateSaver
 from .storage import LedgerFile
 
 __all__ = ["UsageProcessor", "UsageRuntime", "create"]
@@ -38,6 +41,11 @@ log = logging.getLogger(__name__)
 _NEEDLE = b"hw.id"
 """Every GPU and GPU-process resource carries it; a request without these bytes has nothing to account."""
 _MAX_EVENTS = 10_000
+_SAVE_DEADLINE = 10.0
+"""Seconds a save of the state file may take before the processor reports itself degraded
+(and the most shutdown waits for the last one)."""
+_LOAD_DEADLINE = 30.0
+"""Seconds the state file may take to read at start before the start fails."""
 _BATCH_REQUESTS = 64
 _BATCH_BYTES = 4 << 20
 """Requests queued before they are accounted together (see :meth:`UsageRuntime.observe`)."""
@@ -54,6 +62,8 @@ class UsageRuntime:
         storage: Path | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         wall_ns: Callable[[], int] = time.time_ns,
+        save_deadline: float = _SAVE_DEADLINE,
+        load_deadline: float = _LOAD_DEADLINE,
     ) -> None:
         self.config = config
         self.name = name
@@ -63,6 +73,9 @@ class UsageRuntime:
         self.observer = Observer(OwnerRules(config.owners), layout_budget=config.layout_cache_mib << 20)
         self.file = LedgerFile(storage, name) if storage is not None else None
         """The counters on disk: ``storage`` is the directory of the extension ``config.storage`` names."""
+        self.saver = StateSaver(self.file, name=name, deadline=save_deadline) if self.file is not None else None
+        """Writes the file off the event loop (:mod:`.saving`)."""
+        self.load_deadline = load_deadline
         self.events: list[Event] = []
         self.event_counts: Counter[str] = Counter()
         self.events_dropped = 0
@@ -85,17 +98,32 @@ class UsageRuntime:
 
     async def acquire(self) -> None:
         self._users += 1
-        if self._users == 1 and self.file is not None and self.file.load(self._ledger):
+        if self._users == 1 and self.file is not None:
+            await self._restore(self.file)
+
+    async def _restore(self, file: LedgerFile) -> None:
+        """Read the saved counters in a thread; a disk that does not answer within the deadline
+        fails the start (counting anew would overwrite what it holds at the first save)."""
+        try:
+            restored = await asyncio.wait_for(asyncio.to_thread(file.read), self.load_deadline)
+        except TimeoutError:
+            raise GputallyError(f"{self.name}: usage state {file.path} not read within "
+                                f"{self.load_deadline:.0f} s") from None
+        if restored is not None:
+            restored.into(self._ledger)
             log.info("%s: usage counters restored from %s (%d GPUs, %d owners)",
-                     self.name, self.file.path, len(self._ledger.devices), len(self._ledger.owners))
+                     self.name, file.path, len(self._ledger.devices), len(self._ledger.owners))
 
     async def release(self) -> None:
         self._users = max(0, self._users - 1)
-        if self._users == 0:
+        if self._users == 0 and self.saver is not None:
             self.save()
+            if not await asyncio.to_thread(self.saver.wait, self.saver.deadline):
+                log.error("%s: the last save of usage state to %s did not finish within %.0f s",
+                          self.name, self.saver.file.path, self.saver.deadline)
 
     def degraded(self) -> str | None:
-        return None
+        return self.saver.degraded() if self.saver is not None else None
 
     def observe(self, raw: bytes) -> None:
         """Queue a request to be accounted with the ones around it.
@@ -154,12 +182,9 @@ class UsageRuntime:
         return Batch(Signal.LOGS, message=logs_request(events, self.wall_ns()))
 
     def save(self) -> None:
-        if self.file is None:
-            return
-        try:
-            self.file.save(self.ledger)  # with the queued requests accounted
-        except OSError as exc:
-            log.error("%s: cannot save usage state to %s: %s", self.name, self.file.path, exc)
+        """Hand a snapshot (with the queued requests accounted) to the writer thread."""
+        if self.saver is not None:
+            self.saver.submit(LedgerFile.snapshot(self.ledger))
 
     def _collect_events(self) -> None:
         events = self._ledger.drain_events()
@@ -223,6 +248,10 @@ _FAMILIES: tuple[tuple[str, type[GaugeMetricFamily] | type[CounterMetricFamily],
      "Requests read for usage: through a cached layout (numbers at known offsets), or the general way "
      "(a parse; a new or changing request shape, or no room left for layouts).", ("way",)),
     ("layout_bytes", GaugeMetricFamily, "Bytes held by cached request layouts.", ()),
+    ("state_saves", CounterMetricFamily,
+     "Saves of the state file (storage), by outcome: saved, or failed (the processor is degraded until one succeeds).",
+     ("outcome",)),
+    ("state_save_seconds", GaugeMetricFamily, "How long the last save of the state file took.", ()),
 )
 
 
@@ -255,6 +284,10 @@ def _samples(runtime: UsageRuntime) -> Iterator[tuple[str, tuple[str, ...], floa
     yield "requests_read", ("layout",), layouts.hits
     yield "requests_read", ("general",), layouts.requests - layouts.hits
     yield "layout_bytes", (), layouts.held
+    if runtime.saver is not None:
+        yield "state_saves", ("saved",), runtime.saver.saved
+        yield "state_saves", ("failed",), runtime.saver.failed
+        yield "state_save_seconds", (), runtime.saver.last_seconds
 
 
 class _Share:

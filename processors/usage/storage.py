@@ -1,7 +1,9 @@
 """The ledger on disk, so counters survive a restart with their original start times.
 
 One JSON file per processor ID, replaced atomically (written beside, fsynced, renamed), so
-a crash mid-write leaves the previous state. Samples still settling are not saved: after a
+a crash mid-write leaves the previous state. The file is read and written in worker threads
+(:mod:`.saving`): here the snapshot and the restore are split from the I/O, so that what
+touches the ledger runs on the event loop and what touches the disk never does. Samples still settling are not saved: after a
 restart the first new sample of each GPU is integrated from the last saved one (within
 ``max_gap``), so that time is counted once, with the new sample's utilization.
 """
@@ -12,14 +14,14 @@ import json
 import logging
 import os
 import re
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from .ledger import Account, Device, Ledger, OwnerState
 from .owners import Owner, owner
 
-__all__ = ["LedgerFile"]
+__all__ = ["LedgerFile", "Restored"]
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +43,10 @@ class LedgerFile:
     def __init__(self, directory: Path, component_id: str) -> None:
         self.path = directory / f"usage-{re.sub(r'[^A-Za-z0-9_.-]', '_', component_id)}.json"
 
-    def save(self, ledger: Ledger) -> None:
-        state = {
+    @staticmethod
+    def snapshot(ledger: Ledger) -> dict[str, Any]:
+        """The ledger as plain data, copied: the writer thread may take its time over it."""
+        return {
             "version": _VERSION,
             "start_ns": ledger.start_ns,
             "instance": ledger.instance,
@@ -51,17 +55,20 @@ class LedgerFile:
                 hw_id: {
                     "start_ns": d.start_ns, "attributes": list(d.attributes), "last_ns": d.last_ns,
                     "energy": d.energy, "limit": d.limit, "observed": d.observed, "unobserved": d.unobserved,
-                    "unattributed": d.unattributed, "announced": d.announced,
+                    "unattributed": dict(d.unattributed), "announced": d.announced,
                     "accounts": [[o.kind, o.id, asdict(a)] for o, a in d.accounts.items()],
                 }
                 for hw_id, d in ledger.devices.items()
             },
             "owners": [
-                [o.kind, o.id, {"attributes": s.attributes, "first_ns": s.first_ns, "last_ns": s.last_ns,
+                [o.kind, o.id, {"attributes": dict(s.attributes), "first_ns": s.first_ns, "last_ns": s.last_ns,
                                 "gpus": sorted(s.gpus)}]
                 for o, s in ledger.owners.items()
             ],
         }
+
+    def write(self, state: dict[str, Any]) -> None:
+        """Replace the file with ``state`` (blocking: in a worker thread)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_suffix(".json.partial")
         with open(partial, "w", encoding="utf-8") as out:
@@ -70,13 +77,14 @@ class LedgerFile:
             os.fsync(out.fileno())
         os.replace(partial, self.path)
 
-    def load(self, ledger: Ledger) -> bool:
-        """Fill ``ledger`` from the file; False when there is none. A file that cannot be read
-        is set aside (``.corrupt``) with one error line, and counting starts anew."""
+    def read(self) -> Restored | None:
+        """What the file holds, or None when there is none (blocking: in a worker thread). A
+        file that cannot be read is set aside (``.corrupt``) with one error line, and counting
+        starts anew."""
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            return False
+            return None
         try:
             state = json.loads(text)
             if state.get("version") != _VERSION:
@@ -104,9 +112,23 @@ class LedgerFile:
             aside = self.path.with_suffix(".json.corrupt")
             os.replace(self.path, aside)
             log.error("usage state %s cannot be read (%s); moved to %s, counting starts anew", self.path, exc, aside)
-            return False
-        ledger.start_ns = int(state["start_ns"])
-        ledger.instance = str(state.get("instance") or ledger.instance)
-        ledger.watermark = int(state.get("watermark", 0))
-        ledger.devices, ledger.owners = devices, owners
-        return True
+            return None
+        return Restored(start_ns=int(state["start_ns"]), instance=state.get("instance") or None,
+                        watermark=int(state.get("watermark", 0)), devices=devices, owners=owners)
+
+
+@dataclass
+class Restored:
+    """A saved ledger as read back, built apart from the live one; :meth:`into` puts it there."""
+
+    start_ns: int
+    instance: str | None
+    watermark: int
+    devices: dict[str, Device]
+    owners: dict[Owner, OwnerState]
+
+    def into(self, ledger: Ledger) -> None:
+        ledger.start_ns = self.start_ns
+        ledger.instance = str(self.instance or ledger.instance)
+        ledger.watermark = self.watermark
+        ledger.devices, ledger.owners = self.devices, self.owners
