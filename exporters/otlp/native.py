@@ -20,6 +20,7 @@ from gputally.h2 import Channel, GrpcError
 from gputally.otlp.batch import Batch
 from gputally.otlp.signals import SIGNALS
 from gputally.tls.client import client_ssl_context
+from gputally.util.backoff import Backoff
 
 __all__ = ["NativeGrpcTransport"]
 
@@ -50,14 +51,13 @@ class NativeGrpcTransport(ChannelTransport[Channel]):
     async def _watch(self, key: ChannelKey) -> None:
         """Mark the channel reached once it connects, without waiting for the first export."""
         channel = self._channels[key]
-        delay = self._initial_backoff
+        waits = Backoff(initial=self._initial_backoff, maximum=self._max_backoff, factor=1.6)
         try:
             while key not in self._reached:
                 try:
                     await channel.connect()
                 except GrpcError:
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 1.6, self._max_backoff)
+                    await asyncio.sleep(waits.next())
                     continue
                 self._reached.add(key)
         except asyncio.CancelledError:

@@ -20,7 +20,7 @@ from gputally.kubelet.podresources import PodResourcesClient
 from gputally.util.tasks import supervised
 
 from .attributes import AttributeBuilder
-from .backoff import Backoff
+from gputally.util.backoff import Backoff
 from .config import K8sConfig
 from .informer import PodReflector
 from .kubeapi import KubeApi, KubeApiError, in_thread
@@ -93,7 +93,7 @@ class K8sRuntime:
             node_name=node_name if config.mode == "node" else None,
             page_size=config.watch.page_size,
             watch_timeout=config.watch.timeout,
-            backoff=Backoff(initial=config.watch.backoff_initial, maximum=config.watch.backoff_max),
+            backoff=Backoff(initial=config.watch.backoff_initial, maximum=config.watch.backoff_max, reset_after=120.0),
             problems=self.problems,
             on_pod=self._pod_seen,
         )

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from gputally.util.backoff import Backoff
+
 from .errors import SlurmError
 from .model import JobInfo
 
@@ -86,7 +88,7 @@ class JobCache:
         self._busy = False
         self._down_since: float | None = None
         self._failed = 0
-        self._backoff = _FIRST_BACKOFF
+        self._backoff = Backoff(initial=_FIRST_BACKOFF, maximum=max(refresh_interval, _FIRST_BACKOFF))
         self._retry_at = 0.0
         self.generation = 0
         """Grows whenever an answer changes (a job stored, allocations reloaded): memoised
@@ -238,8 +240,7 @@ class JobCache:
                 log.warning("slurm backend %s unreachable: %s; attributing from cache", self.backend.name, exc)
             else:
                 log.error("slurm backend %s failed; attributing from cache", self.backend.name, exc_info=exc)
-        self._retry_at = self._clock() + self._backoff
-        self._backoff = min(self._backoff * 2, max(self._refresh_interval, _FIRST_BACKOFF))
+        self._retry_at = self._clock() + self._backoff.next()
 
     def _succeeded(self) -> None:
         if self._down_since is not None:
@@ -249,5 +250,5 @@ class JobCache:
             )
         self._down_since = None
         self._failed = 0
-        self._backoff = _FIRST_BACKOFF
+        self._backoff.reset()
         self._retry_at = 0.0

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from gputally.util.backoff import Backoff
 from gputally.errors import ExportError, PermanentExportError, TransientExportError
 from gputally.exporterhelper.settings import RetrySettings
 
@@ -77,12 +78,11 @@ class Result(Generic[T]):
 
 
 def backoff(settings: RetrySettings, rng: random.Random) -> Iterator[float]:
-    """Endless jittered waits per ``settings``."""
-    interval = settings.initial_interval
+    """Endless jittered waits per ``settings`` (the shared :class:`~gputally.util.backoff.Backoff`)."""
+    waits = Backoff(initial=settings.initial_interval, maximum=settings.max_interval, factor=settings.multiplier,
+                    jitter=settings.randomization_factor, rng=rng)
     while True:
-        delta = settings.randomization_factor * interval
-        yield rng.uniform(interval - delta, interval + delta)
-        interval = min(interval * settings.multiplier, settings.max_interval)
+        yield waits.next()
 
 
 class Retrier:

@@ -26,6 +26,8 @@ from urllib.parse import unquote, urlsplit
 
 import grpc
 
+from gputally.util.backoff import Backoff
+
 from . import hpack
 from .connection import Connection
 from .frames import ErrorCode
@@ -285,13 +287,11 @@ class Channel:
         self._server_hostname = server_hostname
         self._scheme = "https" if ssl_context is not None else "http"
         self._user_agent = user_agent
-        self._initial_backoff = initial_backoff
-        self._max_backoff = max(max_backoff, initial_backoff)
+        self._backoff = Backoff(initial=initial_backoff, maximum=max_backoff, factor=1.6, jitter=0.2, rng=rng)
+        """Between failed connects, as gRPC's connection backoff: x1.6, +-20 %."""
         self._connect_timeout = connect_timeout
-        self._rng = rng or random.Random()
         self._connection: _ClientConnection | None = None
         self._connecting: asyncio.Task[_ClientConnection] | None = None
-        self._failures = 0
         self._retry_at = 0.0
         self._last_error = ""
         self._blocks: dict[tuple[str, float | None, Metadata, bool], bytes] = {}
@@ -429,7 +429,7 @@ class Channel:
             raise OSError(self._last_error) from exc
         finally:
             self._connecting = None
-        self._failures = 0
+        self._backoff.reset()
         self._retry_at = 0.0
         old, self._connection = self._connection, connection
         if old is not None and not old._calls:
@@ -439,9 +439,7 @@ class Channel:
     def _failed(self, exc: BaseException) -> None:
         reason = "timed out" if isinstance(exc, TimeoutError) else (str(exc) or type(exc).__name__)
         self._last_error = f"failed to connect to {self.description}: {reason}"
-        backoff = min(self._initial_backoff * 1.6**self._failures, self._max_backoff)
-        self._failures += 1
-        self._retry_at = asyncio.get_running_loop().time() + backoff * self._rng.uniform(0.8, 1.2)
+        self._retry_at = asyncio.get_running_loop().time() + self._backoff.next()
 
     async def close(self) -> None:
         self._closed = True

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from gputally.kubelet.health import Problems
-from gputally.processors.k8s.backoff import Backoff
+from gputally.util.backoff import Backoff
 from gputally.processors.k8s.informer import PodReflector
 from gputally.processors.k8s.kubeapi import KubeApiError
 from gputally.processors.k8s.model import KeyFilter
