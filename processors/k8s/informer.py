@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputally.kubelet.health import Problems
-
 from gputally.util.backoff import Backoff
+
 from .kubeapi import KubeApi, KubeApiError, in_thread, shutdown_response
 from .model import KeyFilter, PodInfo, pod_from_json
 from .store import PodStore

@@ -17,10 +17,11 @@ from gputally.kubelet.cri import CriClient, PodDirectory
 from gputally.kubelet.devices import ResourceMatcher
 from gputally.kubelet.health import Problems
 from gputally.kubelet.podresources import PodResourcesClient
+from gputally.pipeline.component import CountedRuntime
+from gputally.util.backoff import Backoff
 from gputally.util.tasks import supervised
 
 from .attributes import AttributeBuilder
-from gputally.util.backoff import Backoff
 from .config import K8sConfig
 from .informer import PodReflector
 from .kubeapi import KubeApi, KubeApiError, in_thread
@@ -39,8 +40,8 @@ _STOP_TIMEOUT = 5.0
 _MAX_MIG_PARENTS = 1024
 
 
-class K8sRuntime:
-    """Caches and sources of one processor ID. :meth:`acquire`/:meth:`release` count its users."""
+class K8sRuntime(CountedRuntime):
+    """Caches and sources of one processor ID; the first user starts its background tasks."""
 
     def __init__(
         self,
@@ -51,6 +52,7 @@ class K8sRuntime:
         connect: Callable[[], KubeApi] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__()
         """``connect`` (blocking) builds the API client; by default from ``kubeconfig``/in-cluster."""
         self.config = config
         self.name = name
@@ -121,16 +123,11 @@ class K8sRuntime:
         """GPU key -> keys of its MIG devices, learned from the probe's MIG resources (``hw.parent``)."""
         self.attributions: dict[tuple[str, str], int] = {}
         """(signal, source) -> resources attributed; exported as gputally_k8s_attribution_total."""
-        self._users = 0
         self._tasks: list[asyncio.Task[None]] = []
 
     # --- lifecycle ---------------------------------------------------------------------------
 
-    async def acquire(self) -> None:
-        """A processor starts: the first one starts the background tasks."""
-        self._users += 1
-        if self._users > 1:
-            return
+    async def _start_work(self) -> None:
         tasks = [
             (self.reflector.run(), "pods"),
             (self.owners.run(), "owners"),
@@ -154,13 +151,8 @@ class K8sRuntime:
             self.proc.root if self.proc else "off",
         )
 
-    async def release(self) -> None:
-        """A processor stops: the last one stops the tasks (bounded: nothing here waits on the network)."""
-        if self._users == 0:
-            return
-        self._users -= 1
-        if self._users > 0:
-            return
+    async def _stop_work(self) -> None:
+        """Bounded: nothing here waits on the network."""
         self.reflector.stop()
         for task in self._tasks:
             task.cancel()

@@ -40,7 +40,7 @@ from gputally.errors import ConfigError
 from gputally.otlp.batch import Batch
 from gputally.otlp.signals import Signal
 from gputally.otlp.splice import split
-from gputally.pipeline.component import ComponentContext, RuntimeProcessor
+from gputally.pipeline.component import ComponentContext, CountedRuntime, RuntimeProcessor
 from gputally.util.tasks import supervised
 
 from .attributes import JOB_ID, resource_blob
@@ -117,7 +117,7 @@ class _Memo:
     answer: _Answer
 
 
-class SlurmRuntime:
+class SlurmRuntime(CountedRuntime):
     """What the ``slurm`` processors of one ID share across pipelines: the backend, the job
     cache and its polling, the /proc reader, the GPU map and the counters. One per processor
     ID and service, so the gateway's metrics and logs pipelines poll Slurm once and log each
@@ -136,6 +136,7 @@ class SlurmRuntime:
         registry: CollectorRegistry | None = None,
         metrics: _Metrics | None = None,
     ) -> None:
+        super().__init__()
         self.config = config
         self.backend = backend
         self.node_name = node_name
@@ -162,24 +163,15 @@ class SlurmRuntime:
         )
         self.gpus = gpu_map or GpuMap(minors=config.gres.minors, learn=config.gres.learn_from_processes)
         self._tasks: list[asyncio.Task[None]] = []
-        self._users = 0
 
-    async def acquire(self) -> None:
-        self._users += 1
-        if self._users > 1:
-            return
+    async def _start_work(self) -> None:
         await self.backend.start()
         self._tasks.append(supervised(self.jobs.run(), name=f"{self.id}: slurm job lookups"))
         if self.local is not None:
             self._tasks.append(supervised(self.local.run(), name=f"{self.id}: slurm /proc lookups"))
         log.info("%s: attributing Slurm jobs through %s", self.id, self.backend.name)
 
-    async def release(self) -> None:
-        if self._users == 0:
-            return
-        self._users -= 1
-        if self._users > 0:
-            return
+    async def _stop_work(self) -> None:
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()

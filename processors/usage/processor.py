@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from gputally.errors import GputallyError
 from gputally.otlp.batch import Batch, Signal
-from gputally.pipeline.component import ComponentContext, RuntimeProcessor
+from gputally.pipeline.component import ComponentContext, CountedRuntime, RuntimeProcessor
 
 from .config import UsageConfig
 from .emit import MetricsEmitter, logs_request
@@ -51,7 +51,7 @@ _BATCH_BYTES = 4 << 20
 """Requests queued before they are accounted together (see :meth:`UsageRuntime.observe`)."""
 
 
-class UsageRuntime:
+class UsageRuntime(CountedRuntime):
     """The ledger of one processor ID, fed by the metrics instance, read by both instances."""
 
     def __init__(
@@ -65,6 +65,7 @@ class UsageRuntime:
         save_deadline: float = _SAVE_DEADLINE,
         load_deadline: float = _LOAD_DEADLINE,
     ) -> None:
+        super().__init__()
         self.config = config
         self.name = name
         self.monotonic = monotonic
@@ -84,7 +85,6 @@ class UsageRuntime:
         self._emitter = MetricsEmitter()
         self._outgoing: list[Batch] = []
         """The rest of the last emit, one request each, handed on by the following flushes."""
-        self._users = 0
         self._last_emit = monotonic()
         self._queue: list[tuple[bytes, float]] = []
         """Requests observed and not yet accounted, with their arrival times."""
@@ -96,9 +96,8 @@ class UsageRuntime:
         self.account()
         return self._ledger
 
-    async def acquire(self) -> None:
-        self._users += 1
-        if self._users == 1 and self.file is not None:
+    async def _start_work(self) -> None:
+        if self.file is not None:
             await self._restore(self.file)
 
     async def _restore(self, file: LedgerFile) -> None:
@@ -114,9 +113,8 @@ class UsageRuntime:
             log.info("%s: usage counters restored from %s (%d GPUs, %d owners)",
                      self.name, file.path, len(self._ledger.devices), len(self._ledger.owners))
 
-    async def release(self) -> None:
-        self._users = max(0, self._users - 1)
-        if self._users == 0 and self.saver is not None:
+    async def _stop_work(self) -> None:
+        if self.saver is not None:
             self.save()
             if not await asyncio.to_thread(self.saver.wait, self.saver.deadline):
                 log.error("%s: the last save of usage state to %s did not finish within %.0f s",

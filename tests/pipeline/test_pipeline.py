@@ -12,7 +12,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from gputally.config.types import Strict
 from gputally.errors import Refused
 from gputally.otlp.batch import Batch, Signal
-from gputally.pipeline.component import ComponentContext, Exporter, Processor, Receiver, SharedComponents
+from gputally.pipeline.component import ComponentContext, CountedRuntime, Exporter, Processor, Receiver, SharedComponents
 from gputally.pipeline.config import validate
 from gputally.pipeline.factory import ExporterFactory, ProcessorFactory, ReceiverFactory
 from gputally.pipeline.pipeline import FanOut, Pipeline, Stage
@@ -401,3 +401,40 @@ async def test_service_copies_a_received_batch_only_for_pipelines_whose_processo
     logs = Batch.decode(Signal.LOGS, b"")
     await receiver.consumers[Signal.LOGS].consume(logs)
     assert copies == [batch]  # the logs pipeline is the only one: it takes the batch as it is
+
+
+class _Counted(CountedRuntime):
+    def __init__(self, *, fail_first: bool = False) -> None:
+        super().__init__()
+        self.events: list[str] = []
+        self.fail_first = fail_first
+
+    async def _start_work(self) -> None:
+        if self.fail_first:
+            self.fail_first = False
+            raise OSError("disk not there yet")
+        self.events.append("start")
+
+    async def _stop_work(self) -> None:
+        self.events.append("stop")
+
+
+async def test_a_counted_runtime_starts_with_its_first_user_and_stops_with_its_last() -> None:
+    runtime = _Counted()
+    await runtime.release()  # before any acquire: nothing
+    await runtime.acquire()
+    await runtime.acquire()
+    await runtime.release()
+    assert runtime.events == ["start"] and runtime.users == 1
+    await runtime.release()
+    await runtime.release()  # one release too many: nothing
+    assert runtime.events == ["start", "stop"] and runtime.users == 0
+
+
+async def test_a_counted_runtime_whose_start_failed_starts_at_the_next_acquire() -> None:
+    runtime = _Counted(fail_first=True)
+    with pytest.raises(OSError):
+        await runtime.acquire()
+    assert runtime.users == 0
+    await runtime.acquire()
+    assert runtime.events == ["start"] and runtime.users == 1

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from gputally.storage import FileStorageConfig
     from gputally.telemetry import SelfTelemetry
 
-__all__ = ["ALL_SIGNALS", "Component", "ComponentContext", "Consumer", "Exporter", "FailurePolicy", "InlinePipeline", "Processor", "ProcessorFailed", "Receiver", "RuntimeProcessor", "SharedComponents", "SharedRuntime"]
+__all__ = ["ALL_SIGNALS", "Component", "ComponentContext", "Consumer", "CountedRuntime", "Exporter", "FailurePolicy", "InlinePipeline", "Processor", "ProcessorFailed", "Receiver", "RuntimeProcessor", "SharedComponents", "SharedRuntime"]
 
 ALL_SIGNALS = frozenset(Signal)
 
@@ -168,6 +168,48 @@ class SharedRuntime(Protocol):
     async def release(self) -> None: ...
 
     def degraded(self) -> str | None: ...
+
+
+class CountedRuntime(abc.ABC):
+    """A :class:`SharedRuntime`'s counting, written once: the first :meth:`acquire` runs
+    :meth:`_start_work`, the last :meth:`release` runs :meth:`_stop_work`, and a release with
+    no user left does nothing. A start that raises leaves the count as it was, so the next
+    acquire tries again."""
+
+    def __init__(self) -> None:
+        self._users = 0
+
+    @property
+    def users(self) -> int:
+        """Instances that acquired the runtime and have not released it."""
+        return self._users
+
+    async def acquire(self) -> None:
+        self._users += 1
+        if self._users == 1:
+            try:
+                await self._start_work()
+            except BaseException:
+                self._users -= 1
+                raise
+
+    async def release(self) -> None:
+        if self._users == 0:
+            return
+        self._users -= 1
+        if self._users == 0:
+            await self._stop_work()
+
+    def degraded(self) -> str | None:
+        return None
+
+    @abc.abstractmethod
+    async def _start_work(self) -> None:
+        """The first user came: start the background work (return quickly)."""
+
+    @abc.abstractmethod
+    async def _stop_work(self) -> None:
+        """The last user went: stop it, within a deadline."""
 
 
 RuntimeT = TypeVar("RuntimeT", bound=SharedRuntime)
