@@ -101,6 +101,7 @@ class BridgeReceiver(Receiver):
     async def shutdown(self) -> None:
         """Refuse new calls and give those in flight a short grace. Idempotent."""
         server, self._server = self._server, None
+        self._address = None
         if server is not None:
             await server.shutdown(self._grace)
 
