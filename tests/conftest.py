@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from harness.integration import mark_integration
-from harness.processes import free_port
 from support.otlp import OtlpSink
 
 pytest_plugins = [
@@ -46,7 +45,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 async def otlp_sink() -> AsyncIterator[OtlpSink]:
-    sink = OtlpSink(free_port())
+    sink = OtlpSink()
     await sink.start()
     yield sink
     await sink.stop()

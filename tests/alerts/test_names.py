@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 import yaml
-from harness.processes import free_port
 from harness.prometheus import otlp
 from harness.prometheus.server import Binaries, Prometheus, default_config
 from prometheus_client import CollectorRegistry, generate_latest
@@ -76,7 +75,7 @@ def metrics_endpoint() -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, name="metrics-endpoint", daemon=True)
     thread.start()
     yield f"127.0.0.1:{server.server_address[1]}"

@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 import yaml
 from harness.kube.cluster import create_namespace
-from harness.processes import free_port
 
 from tests.dashboards import grafana
 
@@ -217,7 +216,7 @@ class _Grafana(BaseHTTPRequestHandler):
 
 def test_the_readme_load_command_posts_every_dashboard_to_the_grafana_api() -> None:
     _Grafana.received = []
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), _Grafana)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Grafana)
     thread = threading.Thread(target=server.serve_forever, name="grafana-stand-in", daemon=True)
     thread.start()
     try:

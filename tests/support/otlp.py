@@ -22,7 +22,9 @@ SERVICES = {
 class OtlpSink:
     """An OTLP/gRPC backend that records every request it is sent, by service name."""
 
-    port: int
+    port: int = 0
+    """0: the kernel picks one when it starts (read it back from :attr:`port`); a fixed one
+    only where a test must know it before the sink is up."""
     received: dict[str, list[bytes]] = field(default_factory=lambda: {name: [] for name in SERVICES})
     _server: grpc.aio.Server | None = None
 
@@ -42,7 +44,7 @@ class OtlpSink:
         server.add_generic_rpc_handlers(
             [grpc.method_handlers_generic_handler(name, {"Export": handler(name)}) for name in SERVICES]
         )
-        server.add_insecure_port(self.endpoint)
+        self.port = server.add_insecure_port(self.endpoint)
         await server.start()
         self._server = server
 
