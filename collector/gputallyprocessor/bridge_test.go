@@ -285,7 +285,7 @@ func (p *pipe) sum(t *testing.T, name string, want map[string]string) int64 {
 		matched := true
 		for k, v := range want {
 			got, ok := dp.Attributes.Value(otelattr.Key(k))
-			matched = matched && ok && got.Emit() == v
+			matched = matched && ok && got.String() == v
 		}
 		if matched {
 			total += dp.Value

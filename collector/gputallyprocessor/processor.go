@@ -6,6 +6,7 @@ package gputallyprocessor // import "github.com/gputally/gputally/collector/gput
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -38,8 +39,9 @@ type bridge struct {
 	callOpts []grpc.CallOption
 
 	// Set by start, before any batch arrives, on the ID's shared connection; cleared by
-	// shutdown (nil: not started, or shut down).
-	client bridgepb.BridgeClient
+	// shutdown (nil: not started, or shut down). Atomic: batches in flight read it while
+	// shutdown clears it, on other goroutines.
+	client atomic.Pointer[bridgepb.BridgeClient]
 }
 
 func newBridge(set processor.Settings, cfg *Config, conns *connections) (*bridge, error) {
@@ -67,7 +69,8 @@ func (b *bridge) start(ctx context.Context, host component.Host) error {
 	if err != nil {
 		return fmt.Errorf("gputally processor: connecting to %q: %w", b.cfg.ClientConfig.Endpoint, err)
 	}
-	b.client = bridgepb.NewBridgeClient(conn)
+	client := bridgepb.NewBridgeClient(conn)
+	b.client.Store(&client)
 	return nil
 }
 
@@ -75,10 +78,9 @@ func (b *bridge) start(ctx context.Context, host component.Host) error {
 // before start and when called again. A call made after it fails (the connection is closing,
 // or the instance has none) and goes through on_error.
 func (b *bridge) shutdown(context.Context) error {
-	if b.client == nil {
-		return nil
+	if b.client.Swap(nil) == nil {
+		return nil // not started, or shut down already (a second shutdown releases nothing)
 	}
-	b.client = nil
 	return b.conns.release(b.cfg)
 }
 
@@ -193,7 +195,7 @@ func process[T any](ctx context.Context, b *bridge, c *codec[T], data T) (T, err
 // Every error it returns carries a gRPC status: local encoding failures are INTERNAL.
 func exchange[T any](ctx context.Context, b *bridge, c *codec[T], data T) (T, answer, error) {
 	var none T
-	client := b.client // read once: shutdown clears it
+	client := b.client.Load() // read once: shutdown clears it
 	if client == nil {
 		return none, nil, status.Error(codes.Unavailable, "the processor is not started (or already shut down)")
 	}
@@ -203,7 +205,7 @@ func exchange[T any](ctx context.Context, b *bridge, c *codec[T], data T) (T, an
 	}
 	callCtx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
-	ans, err := c.call(callCtx, client, payload, b.cfg.Pipeline, b.callOpts...)
+	ans, err := c.call(callCtx, *client, payload, b.cfg.Pipeline, b.callOpts...)
 	if err != nil {
 		return none, nil, err
 	}
