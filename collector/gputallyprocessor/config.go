@@ -45,6 +45,11 @@ type Config struct {
 	// OnError is what becomes of a batch when the call fails: pass (default), drop or fail.
 	OnError OnError `mapstructure:"on_error"`
 
+	// AcceptPatch asks gputally to answer with what its pipeline changed (a patch, applied to
+	// the batch in place) rather than the whole batch when its pipeline only annotates.
+	// false: always the whole batch, decoded anew, as from servers that predate patches.
+	AcceptPatch bool `mapstructure:"accept_patch"`
+
 	// MaxMessageSizeMiB caps a request and a response, in MiB, in place of gRPC's 4 MiB
 	// default for received messages. gputally's bridge server must accept as much.
 	MaxMessageSizeMiB int `mapstructure:"max_message_size_mib"`

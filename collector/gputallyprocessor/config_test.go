@@ -39,6 +39,7 @@ func TestDefaultConfig(t *testing.T) {
 	assert.Equal(t, 5*time.Second, cfg.Timeout)
 	assert.Equal(t, OnErrorPass, cfg.OnError)
 	assert.Equal(t, 64, cfg.MaxMessageSizeMiB)
+	assert.True(t, cfg.AcceptPatch)
 	// Only what has no default is missing.
 	err := confmap.Validate(cfg)
 	require.Error(t, err)
@@ -67,6 +68,7 @@ func TestLoadFullConfig(t *testing.T) {
 	assert.Equal(t, 2*time.Second, cfg.Timeout)
 	assert.Equal(t, OnErrorFail, cfg.OnError)
 	assert.Equal(t, 16, cfg.MaxMessageSizeMiB)
+	assert.False(t, cfg.AcceptPatch)
 	assert.Equal(t, 16<<20, cfg.maxMessageBytes())
 	assert.EqualValues(t, "gzip", cfg.ClientConfig.Compression)
 	assert.Equal(t, "round_robin", cfg.ClientConfig.BalancerName)
