@@ -58,7 +58,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 
@@ -130,7 +130,7 @@ def write(path: Path, data: dict[str, Any]) -> None:
     os.replace(path.with_suffix(".tmp"), path)
 
 
-def otelcol_config(scenario: str, ports: dict[str, int]) -> dict[str, Any]:
+def otelcol_config(scenario: str, ports: dict[str, int], *, workers: int = 1, whole: bool = False) -> dict[str, Any]:
     def otlp(port: int) -> dict[str, Any]:
         return {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{port}", "max_recv_msg_size_mib": 64}}}
 
@@ -147,7 +147,7 @@ def otelcol_config(scenario: str, ports: dict[str, int]) -> dict[str, Any]:
     metrics = {"level": "normal", "readers": [{"pull": pull}]}
     if scenario == "bridge":
         processors["gputally"] = {"endpoint": f"127.0.0.1:{ports['gputally']}", "tls": {"insecure": True},
-                                  "pipeline": "metrics/bridge"}
+                                  "pipeline": "metrics/bridge", "accept_patch": not whole, "connections": workers}
         pipelines["metrics"]["processors"] = ["gputally"]
     elif scenario == "loopback":
         receivers["otlp/back"] = otlp(ports["back"])
@@ -239,6 +239,33 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(int(len(ordered) * q) - 1, 0)] if ordered else float("nan")
 
 
+class CpuTimes(NamedTuple):
+    user: float
+    system: float
+    children_user: float
+    children_system: float
+
+
+class Tree:
+    """A server and the worker processes it forked (``gputally serve --workers``), whose CPU
+    counts with it while they live (reaped children's count through ``server_cpu`` already)."""
+
+    def __init__(self, pid: int) -> None:
+        self.process = psutil.Process(pid)
+        self.children = self.process.children(recursive=True)
+
+    def cpu_times(self) -> Any:
+        total = [0.0, 0.0, 0.0, 0.0]
+        for process in (self.process, *self.children):
+            try:
+                times = process.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            for i, value in enumerate((times.user, times.system, times.children_user, times.children_system)):
+                total[i] += value
+        return CpuTimes(*total)
+
+
 def run(scenario: str, args: argparse.Namespace, rate: float, in_flight: int) -> dict[str, Any]:
     """Fresh processes; 1 s of warm-up, then ``args.seconds`` of load, counted until delivered."""
     ports = {name: free_port() for name in ("front", "gputally", "back", "sink", "telemetry")}
@@ -259,15 +286,16 @@ def run(scenario: str, args: argparse.Namespace, rate: float, in_flight: int) ->
             if scenario != "otelcol":
                 path = Path(tmp) / "gputally.yaml"
                 path.write_text(json.dumps(gputally_config(scenario, ports)))
-                processes.append(spawn([str(Path(sys.executable).parent / "gputally"), "serve", "--config", str(path)],
+                processes.append(spawn([str(Path(sys.executable).parent / "gputally"), "serve", "--config", str(path),
+                                        "--workers", str(args.workers)],
                                        cpus, stderr=None if args.verbose else subprocess.DEVNULL))
                 wait_port(ports["gputally"], 30)
             path = Path(tmp) / "otelcol.yaml"
-            path.write_text(json.dumps(otelcol_config(scenario, ports)))
+            path.write_text(json.dumps(otelcol_config(scenario, ports, workers=args.workers, whole=args.whole_batch)))
             processes.append(spawn([str(args.otelcol), "--config", str(path)], cpus,
                                    stderr=None if args.verbose else subprocess.DEVNULL))
             wait_port(ports["front"], 30)
-            servers = [psutil.Process(p.pid) for p in processes[1:]]
+            servers = [Tree(p.pid) for p in processes[1:]]
             harness = [me, psutil.Process(sink.pid)]
             me.cpu_affinity(harness_cpus)
             warm = send(1.0).sent
@@ -349,6 +377,10 @@ def main() -> None:
     parser.add_argument("--harness-cpus", type=cpu_list, help="CPUs for the load generator and the sink")
     parser.add_argument("--otelcol", type=Path, help="the otelcol binary (default: tests/harness/otelcol/build.sh's)")
     parser.add_argument("--verbose", action="store_true", help="let the servers' stderr through")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="gputally serve --workers N; the bridge processor opens as many connections")
+    parser.add_argument("--whole-batch", action="store_true",
+                        help="the bridge processor asks for whole-batch answers (accept_patch: false)")
     parser.add_argument("--sink", nargs=2, metavar=("PORT", "REPORT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sink:

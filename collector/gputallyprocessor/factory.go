@@ -48,6 +48,7 @@ func createDefaultConfig() component.Config {
 		Timeout:           defaultTimeout,
 		OnError:           OnErrorPass,
 		AcceptPatch:       true,
+		Connections:       1,
 		MaxMessageSizeMiB: defaultMaxMessageSizeMiB,
 	}
 }

@@ -57,7 +57,9 @@ func str(v string) *bridgepb.AnyValue {
 
 func set(kvs ...*bridgepb.KeyValue) *bridgepb.Attributes { return &bridgepb.Attributes{Set: kvs} }
 
-func kv(key string, v *bridgepb.AnyValue) *bridgepb.KeyValue { return &bridgepb.KeyValue{Key: key, Value: v} }
+func kv(key string, v *bridgepb.AnyValue) *bridgepb.KeyValue {
+	return &bridgepb.KeyValue{Key: key, Value: v}
+}
 
 // shaped is a patch for patchBatch's shape.
 func shaped(resources ...*bridgepb.ResourcePatch) *bridgepb.Patch {
@@ -181,7 +183,10 @@ func TestPatchDropsLogRecordsAndSpans(t *testing.T) {
 		{Index: 1, Attributes: set(kv("slurm.job.id", str("42")))},
 	}}))
 	assert.Equal(t, 0, td.ResourceSpans().At(0).ScopeSpans().At(0).Spans().Len())
-	assert.Equal(t, "42", func() string { v, _ := td.ResourceSpans().At(1).Resource().Attributes().Get("slurm.job.id"); return v.Str() }())
+	assert.Equal(t, "42", func() string {
+		v, _ := td.ResourceSpans().At(1).Resource().Attributes().Get("slurm.job.id")
+		return v.Str()
+	}())
 }
 
 func TestEmptyPatchChangesNothing(t *testing.T) {
@@ -349,7 +354,9 @@ func otlpRequest(signal string, otlp []byte) request {
 
 func patchLogsN(ld plog.Logs, p *bridgepb.Patch) error { return patchLogs(ld, p, ld.LogRecordCount()) }
 
-func patchTracesN(td ptrace.Traces, p *bridgepb.Patch) error { return patchTraces(td, p, td.SpanCount()) }
+func patchTracesN(td ptrace.Traces, p *bridgepb.Patch) error {
+	return patchTraces(td, p, td.SpanCount())
+}
 
 func TestPatchDroppingEveryResourceDropsTheBatch(t *testing.T) {
 	dropAll := func(_ context.Context, signal, _ string, otlp []byte) (reply, error) {

@@ -38,10 +38,10 @@ type bridge struct {
 	conns    *connections
 	callOpts []grpc.CallOption
 
-	// Set by start, before any batch arrives, on the ID's shared connection; cleared by
+	// Set by start, before any batch arrives, to the ID's shared connections; cleared by
 	// shutdown (nil: not started, or shut down). Atomic: batches in flight read it while
 	// shutdown clears it, on other goroutines.
-	client atomic.Pointer[bridgepb.BridgeClient]
+	client atomic.Pointer[pool]
 }
 
 func newBridge(set processor.Settings, cfg *Config, conns *connections) (*bridge, error) {
@@ -61,16 +61,15 @@ func newBridge(set processor.Settings, cfg *Config, conns *connections) (*bridge
 	}, nil
 }
 
-// start takes the processor ID's connection, creating it if this is the first of its
+// start takes the processor ID's connections, creating them if this is the first of its
 // pipelines to start. gRPC connects in the background, so start returns at once and a server
 // that is not up yet is a failed call later, not a failed start.
 func (b *bridge) start(ctx context.Context, host component.Host) error {
-	conn, err := b.conns.acquire(ctx, b.cfg, host, b.set.TelemetrySettings)
+	p, err := b.conns.acquire(ctx, b.cfg, host, b.set.TelemetrySettings)
 	if err != nil {
 		return fmt.Errorf("gputally processor: connecting to %q: %w", b.cfg.ClientConfig.Endpoint, err)
 	}
-	client := bridgepb.NewBridgeClient(conn)
-	b.client.Store(&client)
+	b.client.Store(p)
 	return nil
 }
 
@@ -212,7 +211,7 @@ func exchange[T any](ctx context.Context, b *bridge, c *codec[T], data T, items 
 	}
 	callCtx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
-	ans, err := c.call(callCtx, *client, payload, b.cfg.Pipeline, b.cfg.AcceptPatch, b.callOpts...)
+	ans, err := c.call(callCtx, client.client(), payload, b.cfg.Pipeline, b.cfg.AcceptPatch, b.callOpts...)
 	if err != nil {
 		return none, nil, err
 	}

@@ -252,3 +252,19 @@ async def test_nameless_metrics_are_dropped_by_the_patch(stub: bridge_pb2_grpc.B
     assert patched.patch.item_count == 3
     assert sorted_attributes(apply(sent, patched.patch)) == sorted_attributes(
         ExportMetricsServiceRequest.FromString(whole.otlp))
+
+
+def test_a_request_of_the_same_lengths_gets_its_own_patch() -> None:
+    """The last patch of a request shape is reused only for the same resources."""
+    patches = Patches()
+    answers = []
+    for node in ("GPU-1", "GPU-2"):  # same lengths, other resources
+        before = request_of([resource(**{"hw.id": node})])
+        after = copy.deepcopy(before)
+        after.resource_metrics[0].resource.attributes.add(key="k8s.pod.name").value.string_value = f"pod-{node[-1]}"
+        for _ in range(2):
+            raw = patches.build(before.SerializeToString(), after.SerializeToString(), items=1)
+            assert raw is not None
+            answers.append(bridge_pb2.Patch.FromString(raw))
+            assert apply(before, answers[-1]) == after
+    assert answers[0] == answers[1] != answers[2] == answers[3]
