@@ -145,9 +145,10 @@ def otelcol_config(scenario: str, ports: dict[str, int], *, workers: int = 1, wh
     # call_duration histogram, and the others pay the same for theirs.
     pull = {"exporter": {"prometheus": {"host": "127.0.0.1", "port": ports["telemetry"]}}}
     metrics = {"level": "normal", "readers": [{"pull": pull}]}
-    if scenario == "bridge":
+    if scenario in ("bridge", "whole"):
         processors["gputally"] = {"endpoint": f"127.0.0.1:{ports['gputally']}", "tls": {"insecure": True},
-                                  "pipeline": "metrics/bridge", "accept_patch": not whole, "connections": workers}
+                                  "pipeline": "metrics/bridge", "accept_patch": not whole and scenario != "whole",
+                                  "connections": workers}
         pipelines["metrics"]["processors"] = ["gputally"]
     elif scenario == "loopback":
         receivers["otlp/back"] = otlp(ports["back"])
@@ -163,7 +164,7 @@ def otelcol_config(scenario: str, ports: dict[str, int], *, workers: int = 1, wh
 
 def gputally_config(scenario: str, ports: dict[str, int]) -> dict[str, Any]:
     processors = {"attributes/bench": {"actions": [{**INSERT, "action": "insert", "context": "resource"}]}}
-    if scenario == "bridge":
+    if scenario in ("bridge", "whole"):
         return {"receivers": {"bridge": {"endpoint": f"127.0.0.1:{ports['gputally']}"}}, "processors": processors,
                 "exporters": {"debug": {}},
                 "service": {"pipelines": {"metrics/bridge": {"receivers": ["bridge"], "processors": list(processors),
@@ -303,7 +304,7 @@ def run(scenario: str, args: argparse.Namespace, rate: float, in_flight: int) ->
             deadline = time.monotonic() + 30
             while sink_counts(report)["stamps"] < warm and time.monotonic() < deadline:
                 time.sleep(0.05)
-            stage0 = stage_buckets(ports["telemetry"]) if scenario == "bridge" else {}
+            stage0 = stage_buckets(ports["telemetry"]) if scenario in ("bridge", "whole") else {}
             cpu0 = [server_cpu(p) for p in servers]
             harness0 = [server_cpu(p) for p in harness]
             t0 = time.perf_counter()
@@ -316,7 +317,7 @@ def run(scenario: str, args: argparse.Namespace, rate: float, in_flight: int) ->
                 time.sleep(0.05)
             cpus_used = [server_cpu(p) - before for p, before in zip(servers, cpu0, strict=True)]
             cpu = sum(cpus_used)
-            stage = stage_summary(stage0, stage_buckets(ports["telemetry"])) if scenario == "bridge" else {}
+            stage = stage_summary(stage0, stage_buckets(ports["telemetry"])) if scenario in ("bridge", "whole") else {}
         finally:
             me.cpu_affinity(saved_affinity)
             for process in reversed(processes):
@@ -381,6 +382,8 @@ def main() -> None:
                         help="gputally serve --workers N; the bridge processor opens as many connections")
     parser.add_argument("--whole-batch", action="store_true",
                         help="the bridge processor asks for whole-batch answers (accept_patch: false)")
+    parser.add_argument("--also-whole", action="store_true",
+                        help="a fourth scenario, whole: the bridge with whole-batch answers, interleaved")
     parser.add_argument("--sink", nargs=2, metavar=("PORT", "REPORT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sink:
@@ -398,13 +401,14 @@ def main() -> None:
     if not args.no_one_at_a_time:
         modes.append(("one at a time (closed loop, 1 in flight)", 0.0, 1))
     for mode, rate, in_flight in modes:
-        results: dict[str, list[dict[str, Any]]] = {s: [] for s in SCENARIOS}
+        scenarios = (*SCENARIOS, "whole") if args.also_whole else SCENARIOS
+        results: dict[str, list[dict[str, Any]]] = {s: [] for s in scenarios}
         for round_ in range(args.rounds):
-            order = SCENARIOS if round_ % 2 == 0 else SCENARIOS[::-1]
+            order = scenarios if round_ % 2 == 0 else scenarios[::-1]
             for scenario in order:
                 r = run(scenario, args, rate, in_flight)
                 results[scenario].append(r)
-                stage = f"stage p99 <= {r['stage_p99_le']:g} ms " if scenario == "bridge" else ""
+                stage = f"stage p99 <= {r['stage_p99_le']:g} ms " if scenario in ("bridge", "whole") else ""
                 print(f"  {mode.split(',')[0]:10} round {round_ + 1} {scenario:8} {r['points_per_cpu_s']:>10,.0f} pts/CPU-s "
                       f"{r['req_per_s']:6,.0f} req/s call p50 {r['call_p50']:.2f} p99 {r['call_p99']:.2f} ms "
                       f"e2e p50 {r['e2e_p50']:.2f} p99 {r['e2e_p99']:.2f} ms busy {r['busy']:.0%} (harness {r['harness_busy']:.0%}) {stage}"

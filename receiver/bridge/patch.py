@@ -28,7 +28,7 @@ from gputally.otlp.splice import split
 from gputally.otlp.wire import encode_varint
 from gputally.proto.bridge.v1 import bridge_pb2
 
-__all__ = ["Patches", "nameless_metrics"]
+__all__ = ["Patches", "nameless_metrics", "response_field"]
 
 _LIMIT = 16384
 """Resource pairs whose change is kept (cleared when full, as the k8s processor's decisions)."""
@@ -51,6 +51,12 @@ def _varint(n: int) -> bytes:
 
 def _len_field(tag: int, body: bytes) -> bytes:
     return bytes((tag,)) + _varint(len(body)) + body
+
+
+def response_field(patch: bytes) -> bytes:
+    """An encoded ``Patch`` as the ``patch`` field (4) of any ``Process*Response``: appended to
+    the rest of the response's encoding, it is that response with the patch set."""
+    return _len_field(0x22, patch)
 
 
 def _attributes_change(before: bytes, after: bytes) -> bytes | None:

@@ -35,7 +35,7 @@ from gputally.proto.bridge.v1 import bridge_pb2
 from gputally.tls import ServerTLS
 
 from .config import BridgeReceiverConfig
-from .patch import Patches, nameless_metrics
+from .patch import Patches, nameless_metrics, response_field
 
 __all__ = ["METHODS", "BridgeReceiver", "create"]
 
@@ -57,7 +57,6 @@ class _Answer(Protocol):
     otlp: bytes
     dropped_items: int
     error_message: str
-    patch: bridge_pb2.Patch
 
     def SerializeToString(self) -> bytes: ...
 
@@ -123,11 +122,13 @@ class BridgeReceiver(Receiver):
                 raise self._refuse(signal, grpc.StatusCode.INVALID_ARGUMENT, "not a bridge request") from None
             pipeline = self._pipeline(signal, call.pipeline)
             response = response_type()
-            dropped = await self._process(signal, pipeline, call.otlp, response, patch=call.accept_patch)
+            dropped, patch = await self._process(signal, pipeline, call.otlp, response, patch=call.accept_patch)
             response.dropped_items = dropped
             if dropped:
                 response.error_message = f"pipeline {pipeline.id} dropped {dropped} of the batch's items"
-            return response.SerializeToString()
+            if patch is None:
+                return response.SerializeToString()
+            return response.SerializeToString() + patch  # its field appended, not parsed into the message
 
         return handle
 
@@ -145,10 +146,10 @@ class BridgeReceiver(Receiver):
         return pipeline
 
     async def _process(self, signal: Signal, pipeline: InlinePipeline, otlp: bytes, response: _Answer, *,
-                       patch: bool) -> int:
-        """Run the batch; put what comes out in ``response.otlp``, or what changed in
-        ``response.patch`` when the caller takes a patch and the pipeline only annotates; the
-        items dropped."""
+                       patch: bool) -> tuple[int, bytes | None]:
+        """Run the batch; put what comes out in ``response.otlp``, or return what changed (the
+        encoded ``patch`` field) when the caller takes a patch and the pipeline only annotates;
+        and the items dropped."""
         try:
             batch = self._checked.decode(signal, otlp)
         except InvalidRequest as exc:
@@ -172,17 +173,16 @@ class BridgeReceiver(Receiver):
         if batch.rejected:
             self._metrics.rejected[signal].inc(batch.rejected)
         if result is None:
-            return received + batch.rejected
+            return received + batch.rejected, None
         after = result.serialize()
         if patch and pipeline.annotates:
             # Metrics without a name were dropped by the decode; the caller still holds them.
             drops = nameless_metrics(otlp) if sent > received else None
             change = self._patches.build(before, after, items=sent, drops=drops)
             if change is not None:
-                response.patch.MergeFromString(change)
-                return max(0, received - result.items) + batch.rejected
+                return max(0, received - result.items) + batch.rejected, response_field(change)
         response.otlp = after
-        return max(0, received - result.items) + batch.rejected
+        return max(0, received - result.items) + batch.rejected, None
 
     def _refuse(self, signal: Signal, code: grpc.StatusCode, message: str, *, items: int = 0, reason: str = "invalid",
                 retry_after: float | None = None) -> GrpcError:
