@@ -39,6 +39,12 @@ harness gets the last two to itself, out of the servers' way; ``--server-cpus`` 
     tests/harness/otelcol/build.sh
     .venv/bin/python bench/bridge.py [--seconds 8] [--rounds 2] [--rate 1000] [--no-closed-loop]
         [--no-one-at-a-time] [--client native|grpc] [--server-cpus 0-5 --harness-cpus 6,7]
+        [--workers N] [--whole-batch | --also-whole]
+
+The bridge's processor takes patch answers (its default); ``--whole-batch`` makes it ask for
+whole batches, ``--also-whole`` adds that arrangement as a fourth scenario, "whole", in the
+same rounds. ``--workers N`` runs gputally on N processes and gives the processor as many
+connections (the loopback's exporter keeps its one).
 """
 
 from __future__ import annotations
