@@ -47,10 +47,13 @@ test: venv harness go-test
 	$(MAKE) docs
 	$(BIN)/python -m pytest
 
-# The Collector-side bridge processor (its own Go module): vet and unit tests, with the Go in
-# /usr/local/go only (no toolchain download); the first run fetches its modules from the proxy.
+# The Collector-side bridge processor (its own Go module): vet, unit tests under the race
+# detector, and staticcheck (built once into ~/.cache/gputally by its harness script), with the
+# Go in /usr/local/go only (no toolchain download); the first run fetches modules from the proxy.
 go-test:
-	cd collector/gputallyprocessor && GOTOOLCHAIN=local go vet ./... && GOTOOLCHAIN=local go test ./...
+	cd collector/gputallyprocessor && GOTOOLCHAIN=local go vet ./... && GOTOOLCHAIN=local go test -race ./...
+	staticcheck=$$(tests/harness/staticcheck/build.sh) && cd collector/gputallyprocessor && \
+		GOTOOLCHAIN=local $${staticcheck#STATICCHECK=} ./...
 
 # mypy on the package as installed (gputally.*); see .ci/typecheck.py for why not on the tree.
 typecheck: venv

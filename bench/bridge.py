@@ -39,6 +39,12 @@ harness gets the last two to itself, out of the servers' way; ``--server-cpus`` 
     tests/harness/otelcol/build.sh
     .venv/bin/python bench/bridge.py [--seconds 8] [--rounds 2] [--rate 1000] [--no-closed-loop]
         [--no-one-at-a-time] [--client native|grpc] [--server-cpus 0-5 --harness-cpus 6,7]
+        [--workers N] [--whole-batch | --also-whole]
+
+The bridge's processor takes patch answers (its default); ``--whole-batch`` makes it ask for
+whole batches, ``--also-whole`` adds that arrangement as a fourth scenario, "whole", in the
+same rounds. ``--workers N`` runs gputally on N processes and gives the processor as many
+connections (the loopback's exporter keeps its one).
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 
@@ -130,7 +136,7 @@ def write(path: Path, data: dict[str, Any]) -> None:
     os.replace(path.with_suffix(".tmp"), path)
 
 
-def otelcol_config(scenario: str, ports: dict[str, int]) -> dict[str, Any]:
+def otelcol_config(scenario: str, ports: dict[str, int], *, workers: int = 1, whole: bool = False) -> dict[str, Any]:
     def otlp(port: int) -> dict[str, Any]:
         return {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{port}", "max_recv_msg_size_mib": 64}}}
 
@@ -145,9 +151,10 @@ def otelcol_config(scenario: str, ports: dict[str, int]) -> dict[str, Any]:
     # call_duration histogram, and the others pay the same for theirs.
     pull = {"exporter": {"prometheus": {"host": "127.0.0.1", "port": ports["telemetry"]}}}
     metrics = {"level": "normal", "readers": [{"pull": pull}]}
-    if scenario == "bridge":
+    if scenario in ("bridge", "whole"):
         processors["gputally"] = {"endpoint": f"127.0.0.1:{ports['gputally']}", "tls": {"insecure": True},
-                                  "pipeline": "metrics/bridge"}
+                                  "pipeline": "metrics/bridge", "accept_patch": not whole and scenario != "whole",
+                                  "connections": workers}
         pipelines["metrics"]["processors"] = ["gputally"]
     elif scenario == "loopback":
         receivers["otlp/back"] = otlp(ports["back"])
@@ -163,7 +170,7 @@ def otelcol_config(scenario: str, ports: dict[str, int]) -> dict[str, Any]:
 
 def gputally_config(scenario: str, ports: dict[str, int]) -> dict[str, Any]:
     processors = {"attributes/bench": {"actions": [{**INSERT, "action": "insert", "context": "resource"}]}}
-    if scenario == "bridge":
+    if scenario in ("bridge", "whole"):
         return {"receivers": {"bridge": {"endpoint": f"127.0.0.1:{ports['gputally']}"}}, "processors": processors,
                 "exporters": {"debug": {}},
                 "service": {"pipelines": {"metrics/bridge": {"receivers": ["bridge"], "processors": list(processors),
@@ -239,6 +246,33 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(int(len(ordered) * q) - 1, 0)] if ordered else float("nan")
 
 
+class CpuTimes(NamedTuple):
+    user: float
+    system: float
+    children_user: float
+    children_system: float
+
+
+class Tree:
+    """A server and the worker processes it forked (``gputally serve --workers``), whose CPU
+    counts with it while they live (reaped children's count through ``server_cpu`` already)."""
+
+    def __init__(self, pid: int) -> None:
+        self.process = psutil.Process(pid)
+        self.children = self.process.children(recursive=True)
+
+    def cpu_times(self) -> Any:
+        total = [0.0, 0.0, 0.0, 0.0]
+        for process in (self.process, *self.children):
+            try:
+                times = process.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            for i, value in enumerate((times.user, times.system, times.children_user, times.children_system)):
+                total[i] += value
+        return CpuTimes(*total)
+
+
 def run(scenario: str, args: argparse.Namespace, rate: float, in_flight: int) -> dict[str, Any]:
     """Fresh processes; 1 s of warm-up, then ``args.seconds`` of load, counted until delivered."""
     ports = {name: free_port() for name in ("front", "gputally", "back", "sink", "telemetry")}
@@ -259,15 +293,16 @@ def run(scenario: str, args: argparse.Namespace, rate: float, in_flight: int) ->
             if scenario != "otelcol":
                 path = Path(tmp) / "gputally.yaml"
                 path.write_text(json.dumps(gputally_config(scenario, ports)))
-                processes.append(spawn([str(Path(sys.executable).parent / "gputally"), "serve", "--config", str(path)],
+                processes.append(spawn([str(Path(sys.executable).parent / "gputally"), "serve", "--config", str(path),
+                                        "--workers", str(args.workers)],
                                        cpus, stderr=None if args.verbose else subprocess.DEVNULL))
                 wait_port(ports["gputally"], 30)
             path = Path(tmp) / "otelcol.yaml"
-            path.write_text(json.dumps(otelcol_config(scenario, ports)))
+            path.write_text(json.dumps(otelcol_config(scenario, ports, workers=args.workers, whole=args.whole_batch)))
             processes.append(spawn([str(args.otelcol), "--config", str(path)], cpus,
                                    stderr=None if args.verbose else subprocess.DEVNULL))
             wait_port(ports["front"], 30)
-            servers = [psutil.Process(p.pid) for p in processes[1:]]
+            servers = [Tree(p.pid) for p in processes[1:]]
             harness = [me, psutil.Process(sink.pid)]
             me.cpu_affinity(harness_cpus)
             warm = send(1.0).sent
@@ -275,7 +310,7 @@ def run(scenario: str, args: argparse.Namespace, rate: float, in_flight: int) ->
             deadline = time.monotonic() + 30
             while sink_counts(report)["stamps"] < warm and time.monotonic() < deadline:
                 time.sleep(0.05)
-            stage0 = stage_buckets(ports["telemetry"]) if scenario == "bridge" else {}
+            stage0 = stage_buckets(ports["telemetry"]) if scenario in ("bridge", "whole") else {}
             cpu0 = [server_cpu(p) for p in servers]
             harness0 = [server_cpu(p) for p in harness]
             t0 = time.perf_counter()
@@ -288,7 +323,7 @@ def run(scenario: str, args: argparse.Namespace, rate: float, in_flight: int) ->
                 time.sleep(0.05)
             cpus_used = [server_cpu(p) - before for p, before in zip(servers, cpu0, strict=True)]
             cpu = sum(cpus_used)
-            stage = stage_summary(stage0, stage_buckets(ports["telemetry"])) if scenario == "bridge" else {}
+            stage = stage_summary(stage0, stage_buckets(ports["telemetry"])) if scenario in ("bridge", "whole") else {}
         finally:
             me.cpu_affinity(saved_affinity)
             for process in reversed(processes):
@@ -349,6 +384,12 @@ def main() -> None:
     parser.add_argument("--harness-cpus", type=cpu_list, help="CPUs for the load generator and the sink")
     parser.add_argument("--otelcol", type=Path, help="the otelcol binary (default: tests/harness/otelcol/build.sh's)")
     parser.add_argument("--verbose", action="store_true", help="let the servers' stderr through")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="gputally serve --workers N; the bridge processor opens as many connections")
+    parser.add_argument("--whole-batch", action="store_true",
+                        help="the bridge processor asks for whole-batch answers (accept_patch: false)")
+    parser.add_argument("--also-whole", action="store_true",
+                        help="a fourth scenario, whole: the bridge with whole-batch answers, interleaved")
     parser.add_argument("--sink", nargs=2, metavar=("PORT", "REPORT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sink:
@@ -366,13 +407,14 @@ def main() -> None:
     if not args.no_one_at_a_time:
         modes.append(("one at a time (closed loop, 1 in flight)", 0.0, 1))
     for mode, rate, in_flight in modes:
-        results: dict[str, list[dict[str, Any]]] = {s: [] for s in SCENARIOS}
+        scenarios = (*SCENARIOS, "whole") if args.also_whole else SCENARIOS
+        results: dict[str, list[dict[str, Any]]] = {s: [] for s in scenarios}
         for round_ in range(args.rounds):
-            order = SCENARIOS if round_ % 2 == 0 else SCENARIOS[::-1]
+            order = scenarios if round_ % 2 == 0 else scenarios[::-1]
             for scenario in order:
                 r = run(scenario, args, rate, in_flight)
                 results[scenario].append(r)
-                stage = f"stage p99 <= {r['stage_p99_le']:g} ms " if scenario == "bridge" else ""
+                stage = f"stage p99 <= {r['stage_p99_le']:g} ms " if scenario in ("bridge", "whole") else ""
                 print(f"  {mode.split(',')[0]:10} round {round_ + 1} {scenario:8} {r['points_per_cpu_s']:>10,.0f} pts/CPU-s "
                       f"{r['req_per_s']:6,.0f} req/s call p50 {r['call_p50']:.2f} p99 {r['call_p99']:.2f} ms "
                       f"e2e p50 {r['e2e_p50']:.2f} p99 {r['e2e_p99']:.2f} ms busy {r['busy']:.0%} (harness {r['harness_busy']:.0%}) {stage}"

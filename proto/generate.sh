@@ -11,7 +11,8 @@
 #   protoc knows (bridge.v1); they are rewritten to the installed one (gputally.proto.bridge.v1).
 #
 # Go (proto/bridge/v1/bridge.proto only; into collector/gputallyprocessor/internal/bridgepb):
-#   protoc from PATH or $PROTOC (Debian bookworm's protobuf-compiler, 3.21.12, was used),
+#   protoc from PATH or $PROTOC (grpcio-tools' bundled protoc 26.1 was used: PROTOC may name a
+#   script running `$PROTO_TOOLS/venv/bin/python -m grpc_tools.protoc "$@"`),
 #   protoc-gen-go v1.36.12 (= the google.golang.org/protobuf the Collector v0.161.0 requires),
 #   protoc-gen-go-grpc v1.6.2 (generated code needs grpc-go >= 1.64; the Collector has 1.83),
 #   both installed with `go install` into $PROTO_TOOLS/bin (GOTOOLCHAIN=local).

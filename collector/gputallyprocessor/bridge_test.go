@@ -38,6 +38,7 @@ type reply struct {
 	otlp         []byte
 	droppedItems int64
 	errorMessage string
+	patch        *bridgepb.Patch // answered instead of otlp when set
 }
 
 // handler answers one call; signal is "metrics", "logs" or "traces".
@@ -49,13 +50,21 @@ type fakeBridge struct {
 
 	mu        sync.Mutex
 	pipelines []string
+	patches   []bool // each call's accept_patch
 }
 
-func (f *fakeBridge) serve(ctx context.Context, signal, pipeline string, otlp []byte) (reply, error) {
+func (f *fakeBridge) serve(ctx context.Context, signal, pipeline string, acceptPatch bool, otlp []byte) (reply, error) {
 	f.mu.Lock()
 	f.pipelines = append(f.pipelines, pipeline)
+	f.patches = append(f.patches, acceptPatch)
 	f.mu.Unlock()
 	return f.handle(ctx, signal, pipeline, otlp)
+}
+
+func (f *fakeBridge) acceptPatch() []bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]bool(nil), f.patches...)
 }
 
 func (f *fakeBridge) seen() []string {
@@ -65,27 +74,27 @@ func (f *fakeBridge) seen() []string {
 }
 
 func (f *fakeBridge) ProcessMetrics(ctx context.Context, req *bridgepb.ProcessMetricsRequest) (*bridgepb.ProcessMetricsResponse, error) {
-	r, err := f.serve(ctx, "metrics", req.GetPipeline(), req.GetOtlp())
+	r, err := f.serve(ctx, "metrics", req.GetPipeline(), req.GetAcceptPatch(), req.GetOtlp())
 	if err != nil {
 		return nil, err
 	}
-	return &bridgepb.ProcessMetricsResponse{Otlp: r.otlp, DroppedItems: r.droppedItems, ErrorMessage: r.errorMessage}, nil
+	return &bridgepb.ProcessMetricsResponse{Otlp: r.otlp, DroppedItems: r.droppedItems, ErrorMessage: r.errorMessage, Patch: r.patch}, nil
 }
 
 func (f *fakeBridge) ProcessLogs(ctx context.Context, req *bridgepb.ProcessLogsRequest) (*bridgepb.ProcessLogsResponse, error) {
-	r, err := f.serve(ctx, "logs", req.GetPipeline(), req.GetOtlp())
+	r, err := f.serve(ctx, "logs", req.GetPipeline(), req.GetAcceptPatch(), req.GetOtlp())
 	if err != nil {
 		return nil, err
 	}
-	return &bridgepb.ProcessLogsResponse{Otlp: r.otlp, DroppedItems: r.droppedItems, ErrorMessage: r.errorMessage}, nil
+	return &bridgepb.ProcessLogsResponse{Otlp: r.otlp, DroppedItems: r.droppedItems, ErrorMessage: r.errorMessage, Patch: r.patch}, nil
 }
 
 func (f *fakeBridge) ProcessTraces(ctx context.Context, req *bridgepb.ProcessTracesRequest) (*bridgepb.ProcessTracesResponse, error) {
-	r, err := f.serve(ctx, "traces", req.GetPipeline(), req.GetOtlp())
+	r, err := f.serve(ctx, "traces", req.GetPipeline(), req.GetAcceptPatch(), req.GetOtlp())
 	if err != nil {
 		return nil, err
 	}
-	return &bridgepb.ProcessTracesResponse{Otlp: r.otlp, DroppedItems: r.droppedItems, ErrorMessage: r.errorMessage}, nil
+	return &bridgepb.ProcessTracesResponse{Otlp: r.otlp, DroppedItems: r.droppedItems, ErrorMessage: r.errorMessage, Patch: r.patch}, nil
 }
 
 // bigMessages are the server limits the README asks a bridge server for (64 MiB).
@@ -285,7 +294,7 @@ func (p *pipe) sum(t *testing.T, name string, want map[string]string) int64 {
 		matched := true
 		for k, v := range want {
 			got, ok := dp.Attributes.Value(otelattr.Key(k))
-			matched = matched && ok && got.Emit() == v
+			matched = matched && ok && got.String() == v
 		}
 		if matched {
 			total += dp.Value

@@ -25,6 +25,9 @@ const (
 	OnErrorFail OnError = "fail"
 )
 
+// maxConnections bounds `connections`: a pool, not a connection per call.
+const maxConnections = 16
+
 // maxMessageSizeMiB is the largest max_message_size_mib: a protobuf message is below 2 GiB.
 const maxMessageSizeMiB = 2047
 
@@ -44,6 +47,16 @@ type Config struct {
 
 	// OnError is what becomes of a batch when the call fails: pass (default), drop or fail.
 	OnError OnError `mapstructure:"on_error"`
+
+	// AcceptPatch asks gputally to answer with what its pipeline changed (a patch, applied to
+	// the batch in place) rather than the whole batch when its pipeline only annotates.
+	// false: always the whole batch, decoded anew, as from servers that predate patches.
+	AcceptPatch bool `mapstructure:"accept_patch"`
+
+	// Connections is how many gRPC connections the processor ID opens to gputally, calls
+	// spread round robin over them: as many as gputally's `serve --workers`, whose processes
+	// share the port by connection. 1 to 16.
+	Connections int `mapstructure:"connections"`
 
 	// MaxMessageSizeMiB caps a request and a response, in MiB, in place of gRPC's 4 MiB
 	// default for received messages. gputally's bridge server must accept as much.
@@ -73,6 +86,9 @@ func (cfg *Config) Validate() error {
 	case OnErrorPass, OnErrorDrop, OnErrorFail:
 	default:
 		errs = append(errs, fmt.Errorf("on_error: must be pass, drop or fail, got %q", cfg.OnError))
+	}
+	if cfg.Connections < 1 || cfg.Connections > maxConnections {
+		errs = append(errs, fmt.Errorf("connections: must be 1 to %d, got %d", maxConnections, cfg.Connections))
 	}
 	if cfg.MaxMessageSizeMiB < 1 || cfg.MaxMessageSizeMiB > maxMessageSizeMiB {
 		errs = append(errs, fmt.Errorf("max_message_size_mib: must be 1 to %d, got %d", maxMessageSizeMiB, cfg.MaxMessageSizeMiB))

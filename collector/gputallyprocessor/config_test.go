@@ -39,6 +39,8 @@ func TestDefaultConfig(t *testing.T) {
 	assert.Equal(t, 5*time.Second, cfg.Timeout)
 	assert.Equal(t, OnErrorPass, cfg.OnError)
 	assert.Equal(t, 64, cfg.MaxMessageSizeMiB)
+	assert.True(t, cfg.AcceptPatch)
+	assert.Equal(t, 1, cfg.Connections)
 	// Only what has no default is missing.
 	err := confmap.Validate(cfg)
 	require.Error(t, err)
@@ -67,6 +69,8 @@ func TestLoadFullConfig(t *testing.T) {
 	assert.Equal(t, 2*time.Second, cfg.Timeout)
 	assert.Equal(t, OnErrorFail, cfg.OnError)
 	assert.Equal(t, 16, cfg.MaxMessageSizeMiB)
+	assert.False(t, cfg.AcceptPatch)
+	assert.Equal(t, 4, cfg.Connections)
 	assert.Equal(t, 16<<20, cfg.maxMessageBytes())
 	assert.EqualValues(t, "gzip", cfg.ClientConfig.Compression)
 	assert.Equal(t, "round_robin", cfg.ClientConfig.BalancerName)
@@ -108,4 +112,9 @@ func TestValidateBounds(t *testing.T) {
 	cfg.MaxMessageSizeMiB = 2047
 	cfg.Timeout = -time.Second
 	assert.ErrorContains(t, cfg.Validate(), "timeout: must be positive")
+	cfg.Timeout = time.Second
+	cfg.Connections = 17
+	assert.ErrorContains(t, cfg.Validate(), "connections: must be 1 to 16, got 17")
+	cfg.Connections = 0
+	assert.ErrorContains(t, cfg.Validate(), "connections: must be 1 to 16, got 0")
 }

@@ -162,3 +162,31 @@ func TestPipelinesOfOneIDShareAConnection(t *testing.T) {
 	require.NoError(t, again.Shutdown(ctx))
 	assert.Equal(t, 3, frames.accepted())
 }
+
+// With `connections: 3` the ID's pipelines share a pool of three, and calls go round robin
+// over it: six calls open all three (grpc-go connects on first use).
+func TestConnectionsArePooledAndCallsSpread(t *testing.T) {
+	_, addr := startBridge(t, labelPods)
+	frames, proxied := proxyCountingFrames(t, addr)
+	ctx, host := context.Background(), componenttest.NewNopHost()
+	f, set := NewFactory(), processortest.NewNopSettings(componentType)
+	cfg := testConfig(proxied)
+	cfg.OnError, cfg.Connections = OnErrorFail, 3
+
+	metrics, err := f.CreateMetrics(ctx, set, cfg, consumertest.NewNop())
+	require.NoError(t, err)
+	logs, err := f.CreateLogs(ctx, set, cfg, consumertest.NewNop())
+	require.NoError(t, err)
+	for _, p := range []component.Component{metrics, logs} {
+		require.NoError(t, p.Start(ctx, host))
+		t.Cleanup(func() { _ = p.Shutdown(ctx) })
+	}
+	for range 3 {
+		require.NoError(t, metrics.ConsumeMetrics(ctx, testMetrics(1)))
+		require.NoError(t, logs.ConsumeLogs(ctx, testLogs(1, "")))
+	}
+
+	assert.Equal(t, 3, frames.accepted(), "one pool of three for the ID's two pipelines")
+	require.NoError(t, metrics.Shutdown(ctx))
+	require.NoError(t, logs.Shutdown(ctx))
+}

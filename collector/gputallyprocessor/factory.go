@@ -47,13 +47,18 @@ func createDefaultConfig() component.Config {
 		ClientConfig:      configgrpc.NewDefaultClientConfig(),
 		Timeout:           defaultTimeout,
 		OnError:           OnErrorPass,
+		AcceptPatch:       true,
+		Connections:       1,
 		MaxMessageSizeMiB: defaultMaxMessageSizeMiB,
 	}
 }
 
-// The answer is a new batch and the input is left alone, so the processor does not mutate
-// data: a fan-out before it need not copy.
-var capabilities = processorhelper.WithCapabilities(consumer.Capabilities{MutatesData: false})
+// capabilities: a patch answer changes the batch in place, so with accept_patch the processor
+// mutates data (a fan-out before it copies); a whole-batch answer is a new batch and leaves
+// the input alone.
+func capabilities(cfg *Config) processorhelper.Option {
+	return processorhelper.WithCapabilities(consumer.Capabilities{MutatesData: cfg.AcceptPatch})
+}
 
 func (f *factory) createMetrics(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics) (processor.Metrics, error) {
 	b, err := newBridge(set, cfg.(*Config), f.conns)
@@ -61,7 +66,7 @@ func (f *factory) createMetrics(ctx context.Context, set processor.Settings, cfg
 		return nil, err
 	}
 	return processorhelper.NewMetrics(ctx, set, cfg, next, b.processMetrics,
-		processorhelper.WithStart(b.start), processorhelper.WithShutdown(b.shutdown), capabilities)
+		processorhelper.WithStart(b.start), processorhelper.WithShutdown(b.shutdown), capabilities(b.cfg))
 }
 
 func (f *factory) createLogs(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Logs) (processor.Logs, error) {
@@ -70,7 +75,7 @@ func (f *factory) createLogs(ctx context.Context, set processor.Settings, cfg co
 		return nil, err
 	}
 	return processorhelper.NewLogs(ctx, set, cfg, next, b.processLogs,
-		processorhelper.WithStart(b.start), processorhelper.WithShutdown(b.shutdown), capabilities)
+		processorhelper.WithStart(b.start), processorhelper.WithShutdown(b.shutdown), capabilities(b.cfg))
 }
 
 func (f *factory) createTraces(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Traces) (processor.Traces, error) {
@@ -79,5 +84,5 @@ func (f *factory) createTraces(ctx context.Context, set processor.Settings, cfg 
 		return nil, err
 	}
 	return processorhelper.NewTraces(ctx, set, cfg, next, b.processTraces,
-		processorhelper.WithStart(b.start), processorhelper.WithShutdown(b.shutdown), capabilities)
+		processorhelper.WithStart(b.start), processorhelper.WithShutdown(b.shutdown), capabilities(b.cfg))
 }

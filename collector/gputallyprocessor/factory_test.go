@@ -40,7 +40,8 @@ func create(t *testing.T, signal string, cfg component.Config) component.Compone
 		var p processor.Metrics
 		p, err = f.CreateMetrics(ctx, set, cfg, consumertest.NewNop())
 		if err == nil {
-			assert.False(t, p.Capabilities().MutatesData, "the answer is a new batch; the input is not changed")
+			assert.Equal(t, cfg.(*Config).AcceptPatch, p.Capabilities().MutatesData,
+				"a patch changes the batch in place; a whole-batch answer is a new batch")
 		}
 		proc = p
 	case "logs":

@@ -6,6 +6,7 @@ package gputallyprocessor // import "github.com/gputally/gputally/collector/gput
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -37,9 +38,10 @@ type bridge struct {
 	conns    *connections
 	callOpts []grpc.CallOption
 
-	// Set by start, before any batch arrives, on the ID's shared connection; cleared by
-	// shutdown (nil: not started, or shut down).
-	client bridgepb.BridgeClient
+	// Set by start, before any batch arrives, to the ID's shared connections; cleared by
+	// shutdown (nil: not started, or shut down). Atomic: batches in flight read it while
+	// shutdown clears it, on other goroutines.
+	client atomic.Pointer[pool]
 }
 
 func newBridge(set processor.Settings, cfg *Config, conns *connections) (*bridge, error) {
@@ -59,15 +61,15 @@ func newBridge(set processor.Settings, cfg *Config, conns *connections) (*bridge
 	}, nil
 }
 
-// start takes the processor ID's connection, creating it if this is the first of its
+// start takes the processor ID's connections, creating them if this is the first of its
 // pipelines to start. gRPC connects in the background, so start returns at once and a server
 // that is not up yet is a failed call later, not a failed start.
 func (b *bridge) start(ctx context.Context, host component.Host) error {
-	conn, err := b.conns.acquire(ctx, b.cfg, host, b.set.TelemetrySettings)
+	p, err := b.conns.acquire(ctx, b.cfg, host, b.set.TelemetrySettings)
 	if err != nil {
 		return fmt.Errorf("gputally processor: connecting to %q: %w", b.cfg.ClientConfig.Endpoint, err)
 	}
-	b.client = bridgepb.NewBridgeClient(conn)
+	b.client.Store(p)
 	return nil
 }
 
@@ -75,10 +77,9 @@ func (b *bridge) start(ctx context.Context, host component.Host) error {
 // before start and when called again. A call made after it fails (the connection is closing,
 // or the instance has none) and goes through on_error.
 func (b *bridge) shutdown(context.Context) error {
-	if b.client == nil {
-		return nil
+	if b.client.Swap(nil) == nil {
+		return nil // not started, or shut down already (a second shutdown releases nothing)
 	}
-	b.client = nil
 	return b.conns.release(b.cfg)
 }
 
@@ -87,6 +88,7 @@ type answer interface {
 	GetOtlp() []byte
 	GetDroppedItems() int64
 	GetErrorMessage() string
+	GetPatch() *bridgepb.Patch
 }
 
 // codec is what differs between signals: the OTLP encoding and the method called.
@@ -97,7 +99,8 @@ type codec[T any] struct {
 	unmarshal func([]byte) (T, error)
 	items     func(T) int // data points, log records or spans
 	resources func(T) int
-	call      func(context.Context, bridgepb.BridgeClient, []byte, string, ...grpc.CallOption) (answer, error)
+	patch     func(data T, p *bridgepb.Patch, items int) error // applies a patch answer in place, or changes nothing
+	call      func(ctx context.Context, c bridgepb.BridgeClient, otlp []byte, pipeline string, acceptPatch bool, opts ...grpc.CallOption) (answer, error)
 }
 
 var metricsCodec = codec[pmetric.Metrics]{
@@ -112,8 +115,9 @@ var metricsCodec = codec[pmetric.Metrics]{
 	},
 	items:     pmetric.Metrics.DataPointCount,
 	resources: func(md pmetric.Metrics) int { return md.ResourceMetrics().Len() },
-	call: func(ctx context.Context, c bridgepb.BridgeClient, otlp []byte, pipeline string, opts ...grpc.CallOption) (answer, error) {
-		return c.ProcessMetrics(ctx, &bridgepb.ProcessMetricsRequest{Otlp: otlp, Pipeline: pipeline}, opts...)
+	patch:     patchMetrics,
+	call: func(ctx context.Context, c bridgepb.BridgeClient, otlp []byte, pipeline string, acceptPatch bool, opts ...grpc.CallOption) (answer, error) {
+		return c.ProcessMetrics(ctx, &bridgepb.ProcessMetricsRequest{Otlp: otlp, Pipeline: pipeline, AcceptPatch: acceptPatch}, opts...)
 	},
 }
 
@@ -129,8 +133,9 @@ var logsCodec = codec[plog.Logs]{
 	},
 	items:     plog.Logs.LogRecordCount,
 	resources: func(ld plog.Logs) int { return ld.ResourceLogs().Len() },
-	call: func(ctx context.Context, c bridgepb.BridgeClient, otlp []byte, pipeline string, opts ...grpc.CallOption) (answer, error) {
-		return c.ProcessLogs(ctx, &bridgepb.ProcessLogsRequest{Otlp: otlp, Pipeline: pipeline}, opts...)
+	patch:     patchLogs,
+	call: func(ctx context.Context, c bridgepb.BridgeClient, otlp []byte, pipeline string, acceptPatch bool, opts ...grpc.CallOption) (answer, error) {
+		return c.ProcessLogs(ctx, &bridgepb.ProcessLogsRequest{Otlp: otlp, Pipeline: pipeline, AcceptPatch: acceptPatch}, opts...)
 	},
 }
 
@@ -146,8 +151,9 @@ var tracesCodec = codec[ptrace.Traces]{
 	},
 	items:     ptrace.Traces.SpanCount,
 	resources: func(td ptrace.Traces) int { return td.ResourceSpans().Len() },
-	call: func(ctx context.Context, c bridgepb.BridgeClient, otlp []byte, pipeline string, opts ...grpc.CallOption) (answer, error) {
-		return c.ProcessTraces(ctx, &bridgepb.ProcessTracesRequest{Otlp: otlp, Pipeline: pipeline}, opts...)
+	patch:     patchTraces,
+	call: func(ctx context.Context, c bridgepb.BridgeClient, otlp []byte, pipeline string, acceptPatch bool, opts ...grpc.CallOption) (answer, error) {
+		return c.ProcessTraces(ctx, &bridgepb.ProcessTracesRequest{Otlp: otlp, Pipeline: pipeline, AcceptPatch: acceptPatch}, opts...)
 	},
 }
 
@@ -168,15 +174,16 @@ func (b *bridge) processTraces(ctx context.Context, td ptrace.Traces) (ptrace.Tr
 // on_error.
 func process[T any](ctx context.Context, b *bridge, c *codec[T], data T) (T, error) {
 	start := time.Now()
-	out, ans, err := exchange(ctx, b, c, data)
+	items := c.items(data) // before a patch answer changes data
+	out, ans, err := exchange(ctx, b, c, data, items)
 	elapsed := time.Since(start)
 	if err != nil {
 		b.tel.recordCall(ctx, c.signal, outcomeError, elapsed)
-		return onError(ctx, b, c, data, err)
+		return onError(ctx, b, c, data, items, err)
 	}
 	if c.resources(out) == 0 {
 		b.tel.recordCall(ctx, c.signal, outcomeDroppedAll, elapsed)
-		b.tel.recordDropped(ctx, c.signal, reasonPipeline, int64(c.items(data)))
+		b.tel.recordDropped(ctx, c.signal, reasonPipeline, int64(items))
 		return out, processorhelper.ErrSkipProcessingData
 	}
 	b.tel.recordCall(ctx, c.signal, outcomeOK, elapsed)
@@ -189,11 +196,12 @@ func process[T any](ctx context.Context, b *bridge, c *codec[T], data T) (T, err
 	return out, nil
 }
 
-// exchange encodes the batch, calls the bridge within the timeout and decodes the answer.
-// Every error it returns carries a gRPC status: local encoding failures are INTERNAL.
-func exchange[T any](ctx context.Context, b *bridge, c *codec[T], data T) (T, answer, error) {
+// exchange encodes the batch, calls the bridge within the timeout and decodes the answer, or
+// applies it to the batch when it is a patch. Every error it returns carries a gRPC status:
+// local encoding failures are INTERNAL, a patch that does not fit the batch INVALID_ARGUMENT.
+func exchange[T any](ctx context.Context, b *bridge, c *codec[T], data T, items int) (T, answer, error) {
 	var none T
-	client := b.client // read once: shutdown clears it
+	client := b.client.Load() // read once: shutdown clears it
 	if client == nil {
 		return none, nil, status.Error(codes.Unavailable, "the processor is not started (or already shut down)")
 	}
@@ -203,9 +211,20 @@ func exchange[T any](ctx context.Context, b *bridge, c *codec[T], data T) (T, an
 	}
 	callCtx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
-	ans, err := c.call(callCtx, client, payload, b.cfg.Pipeline, b.callOpts...)
+	ans, err := c.call(callCtx, client.client(), payload, b.cfg.Pipeline, b.cfg.AcceptPatch, b.callOpts...)
 	if err != nil {
 		return none, nil, err
+	}
+	if patch := ans.GetPatch(); patch != nil {
+		if !b.cfg.AcceptPatch {
+			return none, nil, status.Error(codes.Internal, "the answer is a patch, which this processor did not ask for")
+		}
+		// In place: the batch the processor was given becomes the answer (checked whole first,
+		// so a refused patch leaves it as it came, for on_error).
+		if err := c.patch(data, patch, items); err != nil {
+			return none, nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		return data, ans, nil
 	}
 	out, err := c.unmarshal(ans.GetOtlp())
 	if err != nil {
@@ -215,15 +234,15 @@ func exchange[T any](ctx context.Context, b *bridge, c *codec[T], data T) (T, an
 }
 
 // onError applies on_error to a batch whose call failed.
-func onError[T any](ctx context.Context, b *bridge, c *codec[T], data T, err error) (T, error) {
+func onError[T any](ctx context.Context, b *bridge, c *codec[T], data T, items int, err error) (T, error) {
 	st := status.Convert(err)
 	b.tel.recordError(ctx, c.signal, st.Code())
 	switch b.cfg.OnError {
 	case OnErrorPass:
-		b.tel.recordPassed(ctx, c.signal, c.items(data))
+		b.tel.recordPassed(ctx, c.signal, items)
 		return data, nil
 	case OnErrorDrop:
-		b.tel.recordDropped(ctx, c.signal, reasonOnError, int64(c.items(data)))
+		b.tel.recordDropped(ctx, c.signal, reasonOnError, int64(items))
 		return data, processorhelper.ErrSkipProcessingData
 	default:
 		err = fmt.Errorf("gputally %s (pipeline %q): %w", c.method, b.cfg.Pipeline, err)

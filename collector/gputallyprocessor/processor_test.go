@@ -6,6 +6,7 @@ package gputallyprocessor
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -286,6 +287,30 @@ func TestCallAfterShutdownGoesThroughOnError(t *testing.T) {
 
 	require.Error(t, err)
 	assert.False(t, consumererror.IsPermanent(err))
+}
+
+// Batches in flight read the client while shutdown clears it, on other goroutines: under
+// `go test -race` (make go-test) a plain field here is a reported data race.
+func TestShutdownWhileBatchesAreInFlight(t *testing.T) {
+	_, addr := startBridge(t, labelPods)
+	proc, err := NewFactory().CreateMetrics(context.Background(), processortest.NewNopSettings(componentType), testConfig(addr), new(consumertest.MetricsSink))
+	require.NoError(t, err)
+	require.NoError(t, proc.Start(context.Background(), componenttest.NewNopHost()))
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				// on_error pass: calls before and after the shutdown alike go on without error
+				assert.NoError(t, proc.ConsumeMetrics(context.Background(), testMetrics(1)))
+			}
+		}()
+	}
+	time.Sleep(5 * time.Millisecond)
+	require.NoError(t, proc.Shutdown(context.Background()))
+	require.NoError(t, proc.Shutdown(context.Background()), "a second shutdown is a no-op")
+	wg.Wait()
 }
 
 // throttled is a bridge that pushes back: RESOURCE_EXHAUSTED, with RetryInfo when delay > 0.

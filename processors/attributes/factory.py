@@ -13,6 +13,7 @@ __all__ = ["factory"]
 factory: ProcessorFactory[AttributesConfig] = ProcessorFactory(
     type_name="attributes", config=AttributesConfig, create=create, signals=frozenset(Signal),
     stability={Signal.METRICS: "alpha", Signal.LOGS: "alpha", Signal.TRACES: "alpha"},
+    annotates=lambda config: all(action.context == "resource" for action in config.actions),  # resources only
     mutates_data=True,  # inserts, updates and deletes attributes in place
 )
 """Registered under the ``gputally.processors`` entry point ``attributes``."""

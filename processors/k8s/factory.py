@@ -13,6 +13,7 @@ __all__ = ["factory"]
 factory: ProcessorFactory[K8sConfig] = ProcessorFactory(
     type_name="k8s", config=K8sConfig, create=create, signals=frozenset(Signal),
     stability={Signal.METRICS: "alpha", Signal.LOGS: "alpha", Signal.TRACES: "alpha"},
+    annotates=True,  # adds attributes to resources, nothing else
     mutates_data=False,  # builds a new batch with the attributes added
 )
 """Registered under the ``gputally.processors`` entry point ``k8s``."""

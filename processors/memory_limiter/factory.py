@@ -13,6 +13,7 @@ __all__ = ["factory"]
 factory: ProcessorFactory[MemoryLimiterConfig] = ProcessorFactory(
     type_name="memory_limiter", config=MemoryLimiterConfig, create=create, signals=frozenset(Signal),
     stability={Signal.METRICS: "alpha", Signal.LOGS: "alpha", Signal.TRACES: "alpha"},
+    annotates=True,  # changes nothing: a bridge may answer with a patch
     mutates_data=False,  # only refuses
 )
 """Registered under the ``gputally.processors`` entry point ``memory_limiter``."""

@@ -13,6 +13,7 @@ __all__ = ["factory"]
 factory: ProcessorFactory[SlurmConfig] = ProcessorFactory(
     type_name="slurm", config=SlurmConfig, create=create, signals=frozenset(Signal),
     stability={Signal.METRICS: "alpha", Signal.LOGS: "alpha", Signal.TRACES: "alpha"},
+    annotates=True,  # adds attributes to resources, nothing else
     mutates_data=True,  # adds attributes in place
 )
 """Registered under the ``gputally.processors`` entry point ``slurm``."""

@@ -13,6 +13,7 @@ __all__ = ["factory"]
 factory: ProcessorFactory[UsageConfig] = ProcessorFactory(
     type_name="usage", config=UsageConfig, create=create, signals=frozenset({Signal.METRICS, Signal.LOGS}),
     stability={Signal.METRICS: "alpha", Signal.LOGS: "alpha"},
+    annotates=True,  # changes nothing in the batch: a bridge may answer with a patch
     mutates_data=False,  # only reads what it counts
 )
 """Registered under the ``gputally.processors`` entry point ``usage``."""

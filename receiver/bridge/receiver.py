@@ -35,6 +35,7 @@ from gputally.proto.bridge.v1 import bridge_pb2
 from gputally.tls import ServerTLS
 
 from .config import BridgeReceiverConfig
+from .patch import Patches, nameless_metrics, response_field
 
 __all__ = ["METHODS", "BridgeReceiver", "create"]
 
@@ -45,6 +46,7 @@ class _Call(Protocol):
 
     otlp: bytes
     pipeline: str
+    accept_patch: bool
 
     def ParseFromString(self, serialized: bytes) -> int: ...
 
@@ -81,6 +83,7 @@ class BridgeReceiver(Receiver):
         self._tls = ServerTLS.load(config.tls, f"receivers::{context.id}") if config.tls else None
         self._metrics = context.telemetry.for_receiver(context.id, "grpc")
         self._checked = CheckedShapes(budget=config.checked_shapes_mib << 20)
+        self._patches = Patches()
         self._grace = min(context.shutdown_timeout, _MAX_GRACE)
         self._reuse_port = reuse_port
         self._server: Server | None = None
@@ -120,11 +123,13 @@ class BridgeReceiver(Receiver):
                 raise self._refuse(signal, grpc.StatusCode.INVALID_ARGUMENT, "not a bridge request") from None
             pipeline = self._pipeline(signal, call.pipeline)
             response = response_type()
-            dropped = await self._process(signal, pipeline, call.otlp, response)
+            dropped, patch = await self._process(signal, pipeline, call.otlp, response, patch=call.accept_patch)
             response.dropped_items = dropped
             if dropped:
                 response.error_message = f"pipeline {pipeline.id} dropped {dropped} of the batch's items"
-            return response.SerializeToString()
+            if patch is None:
+                return response.SerializeToString()
+            return response.SerializeToString() + patch  # its field appended, not parsed into the message
 
         return handle
 
@@ -141,13 +146,18 @@ class BridgeReceiver(Receiver):
                                f"pipeline {pipeline_id!r} is a {pipeline.signal} pipeline, not {signal}")
         return pipeline
 
-    async def _process(self, signal: Signal, pipeline: InlinePipeline, otlp: bytes, response: _Answer) -> int:
-        """Run the batch; put what comes out in ``response.otlp``; the items dropped."""
+    async def _process(self, signal: Signal, pipeline: InlinePipeline, otlp: bytes, response: _Answer, *,
+                       patch: bool) -> tuple[int, bytes | None]:
+        """Run the batch; put what comes out in ``response.otlp``, or return what changed (the
+        encoded ``patch`` field) when the caller takes a patch and the pipeline only annotates;
+        and the items dropped."""
         try:
             batch = self._checked.decode(signal, otlp)
         except InvalidRequest as exc:
             raise self._refuse(signal, grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         received = batch.items  # a processor may change the batch in place
+        before = batch.serialize()  # bytes: what processors do later cannot change them
+        sent = received + batch.rejected  # items as the caller holds them (nameless metrics included)
         try:
             result = await pipeline.process(batch)
         except Refused as exc:
@@ -164,9 +174,16 @@ class BridgeReceiver(Receiver):
         if batch.rejected:
             self._metrics.rejected[signal].inc(batch.rejected)
         if result is None:
-            return received + batch.rejected
-        response.otlp = result.serialize()
-        return max(0, received - result.items) + batch.rejected
+            return received + batch.rejected, None
+        after = result.serialize()
+        if patch and pipeline.annotates:
+            # Metrics without a name were dropped by the decode; the caller still holds them.
+            drops = nameless_metrics(otlp) if sent > received else None
+            change = self._patches.build(before, after, items=sent, drops=drops)
+            if change is not None:
+                return max(0, received - result.items) + batch.rejected, response_field(change)
+        response.otlp = after
+        return max(0, received - result.items) + batch.rejected, None
 
     def _refuse(self, signal: Signal, code: grpc.StatusCode, message: str, *, items: int = 0, reason: str = "invalid",
                 retry_after: float | None = None) -> GrpcError:

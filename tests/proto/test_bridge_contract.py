@@ -19,6 +19,8 @@ from google.protobuf.descriptor import FieldDescriptor, FileDescriptor
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.resource.v1 import resource_pb2
 
 from gputally.proto.bridge.v1 import bridge_pb2, bridge_pb2_grpc
 
@@ -30,7 +32,14 @@ OTLP_TYPES = {
     "ProcessTraces": trace_service_pb2.ExportTraceServiceRequest,
 }
 TYPE_NAMES = {FieldDescriptor.TYPE_BYTES: "bytes", FieldDescriptor.TYPE_STRING: "string",
-              FieldDescriptor.TYPE_INT64: "int64"}
+              FieldDescriptor.TYPE_INT64: "int64", FieldDescriptor.TYPE_BOOL: "bool", FieldDescriptor.TYPE_UINT32: "uint32",
+              FieldDescriptor.TYPE_UINT64: "uint64", FieldDescriptor.TYPE_DOUBLE: "double"}
+
+
+def type_name(field: FieldDescriptor) -> str:
+    """As the README's Messages table writes a field's type: ``repeated KeyValue``, ``bool``..."""
+    name = field.message_type.name if field.type == FieldDescriptor.TYPE_MESSAGE else TYPE_NAMES[field.type]
+    return f"repeated {name}" if field.is_repeated else name
 
 
 def table_rows(heading: str) -> list[list[str]]:
@@ -63,7 +72,7 @@ def test_methods_table_names_each_signals_otlp_request() -> None:
 def test_fields_table_matches_every_message() -> None:
     documented = {(message, field, int(number), kind) for message, field, number, kind in table_rows("Messages")}
     generated = {
-        (message.name, field.name, field.number, TYPE_NAMES[field.type])
+        (message.name, field.name, field.number, type_name(field))
         for message in bridge_pb2.DESCRIPTOR.message_types_by_name.values()
         for field in message.fields
     }
@@ -96,6 +105,23 @@ def test_request_and_response_round_trip() -> None:
     decoded_response = bridge_pb2.ProcessTracesResponse.FromString(response.SerializeToString())
     assert (decoded_response.otlp, decoded_response.dropped_items, decoded_response.error_message) == (
         b"", 7, "filtered")
+
+
+def test_patch_attributes_are_wire_identical_to_otlp_attributes() -> None:
+    """A run of OTLP KeyValues (a Resource's ``attributes``) is an encoded ``Attributes``: each
+    AnyValue kind reads back through the bridge's own KeyValue and encodes to the same bytes."""
+    resource = resource_pb2.Resource()
+    for key, value in (("s", common_pb2.AnyValue(string_value="x")), ("b", common_pb2.AnyValue(bool_value=True)),
+                       ("i", common_pb2.AnyValue(int_value=-3)), ("d", common_pb2.AnyValue(double_value=0.5)),
+                       ("raw", common_pb2.AnyValue(bytes_value=b"\x00")), ("empty", common_pb2.AnyValue())):
+        resource.attributes.add(key=key).value.CopyFrom(value)
+    nested = resource.attributes.add(key="nested")
+    nested.value.kvlist_value.values.add(key="arr").value.array_value.values.add(int_value=1)
+    wire = resource.SerializeToString()
+    attributes = bridge_pb2.Attributes.FromString(wire)
+    assert [kv.key for kv in attributes.set] == ["s", "b", "i", "d", "raw", "empty", "nested"]
+    assert attributes.set[6].value.kvlist_value.values[0].value.array_value.values[0].int_value == 1
+    assert attributes.SerializeToString() == wire
 
 
 def _add_with_dependencies(pool: descriptor_pool.DescriptorPool, file: FileDescriptor) -> None:

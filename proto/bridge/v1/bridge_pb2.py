@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x62ridge/v1/bridge.proto\x12\x12gputally.bridge.v1\"7\n\x15ProcessMetricsRequest\x12\x0c\n\x04otlp\x18\x01 \x01(\x0c\x12\x10\n\x08pipeline\x18\x02 \x01(\t\"T\n\x16ProcessMetricsResponse\x12\x0c\n\x04otlp\x18\x01 \x01(\x0c\x12\x15\n\rdropped_items\x18\x02 \x01(\x03\x12\x15\n\rerror_message\x18\x03 \x01(\t\"4\n\x12ProcessLogsRequest\x12\x0c\n\x04otlp\x18\x01 \x01(\x0c\x12\x10\n\x08pipeline\x18\x02 \x01(\t\"Q\n\x13ProcessLogsResponse\x12\x0c\n\x04otlp\x18\x01 \x01(\x0c\x12\x15\n\rdropped_items\x18\x02 \x01(\x03\x12\x15\n\rerror_message\x18\x03 \x01(\t\"6\n\x14ProcessTracesRequest\x12\x0c\n\x04otlp\x18\x01 \x01(\x0c\x12\x10\n\x08pipeline\x18\x02 \x01(\t\"S\n\x15ProcessTracesResponse\x12\x0c\n\x04otlp\x18\x01 \x01(\x0c\x12\x15\n\rdropped_items\x18\x02 \x01(\x03\x12\x15\n\rerror_message\x18\x03 \x01(\t2\xb7\x02\n\x06\x42ridge\x12g\n\x0eProcessMetrics\x12).gputally.bridge.v1.ProcessMetricsRequest\x1a*.gputally.bridge.v1.ProcessMetricsResponse\x12^\n\x0bProcessLogs\x12&.gputally.bridge.v1.ProcessLogsRequest\x1a\'.gputally.bridge.v1.ProcessLogsResponse\x12\x64\n\rProcessTraces\x12(.gputally.bridge.v1.ProcessTracesRequest\x1a).gputally.bridge.v1.ProcessTracesResponseBUZSgithub.com/gputally/gputally/collector/gputallyprocessor/internal/bridgepb;bridgepbb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x62ridge/v1/bridge.proto\x12\x12gputally.bridge.v1\"M\n\x15ProcessMetricsRequest\x12\x0c\n\x04otlp\x18\x01 \x01(\x0c\x12\x10\n\x08pipeline\x18\x02 \x01(\t\x12\x14\n\x0c\x61\x63\x63\x65pt_patch\x18\x03 \x01(\x08\"~\n\x16ProcessMetricsResponse\x12\x0c\n\x04otlp\x18\x01 \x01(\x0c\x12\x15\n\rdropped_items\x18\x02 \x01(\x03\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12(\n\x05patch\x18\x04 \x01(\x0b\x32\x19.gputally.bridge.v1.Patch\"J\n\x12ProcessLogsRequest\x12\x0c\n\x04otlp\x18\x01 \x01(\x0c\x12\x10\n\x08pipeline\x18\x02 \x01(\t\x12\x14\n\x0c\x61\x63\x63\x65pt_patch\x18\x03 \x01(\x08\"{\n\x13ProcessLogsResponse\x12\x0c\n\x04otlp\x18\x01 \x01(\x0c\x12\x15\n\rdropped_items\x18\x02 \x01(\x03\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12(\n\x05patch\x18\x04 \x01(\x0b\x32\x19.gputally.bridge.v1.Patch\"L\n\x14ProcessTracesRequest\x12\x0c\n\x04otlp\x18\x01 \x01(\x0c\x12\x10\n\x08pipeline\x18\x02 \x01(\t\x12\x14\n\x0c\x61\x63\x63\x65pt_patch\x18\x03 \x01(\x08\"}\n\x15ProcessTracesResponse\x12\x0c\n\x04otlp\x18\x01 \x01(\x0c\x12\x15\n\rdropped_items\x18\x02 \x01(\x03\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12(\n\x05patch\x18\x04 \x01(\x0b\x32\x19.gputally.bridge.v1.Patch\"i\n\x05Patch\x12\x16\n\x0eresource_count\x18\x01 \x01(\r\x12\x12\n\nitem_count\x18\x02 \x01(\x04\x12\x34\n\tresources\x18\x03 \x03(\x0b\x32!.gputally.bridge.v1.ResourcePatch\"\x90\x01\n\rResourcePatch\x12\r\n\x05index\x18\x01 \x01(\r\x12\x32\n\nattributes\x18\x02 \x01(\x0b\x32\x1e.gputally.bridge.v1.Attributes\x12\x0c\n\x04\x64rop\x18\x03 \x01(\x08\x12.\n\x06scopes\x18\x04 \x03(\x0b\x32\x1e.gputally.bridge.v1.ScopePatch\"\xbf\x01\n\nScopePatch\x12\r\n\x05index\x18\x01 \x01(\r\x12\x32\n\nattributes\x18\x02 \x01(\x0b\x32\x1e.gputally.bridge.v1.Attributes\x12\x0c\n\x04\x64rop\x18\x03 \x01(\x08\x12\x30\n\x07metrics\x18\x04 \x03(\x0b\x32\x1f.gputally.bridge.v1.MetricPatch\x12.\n\x07records\x18\x05 \x03(\x0b\x32\x1d.gputally.bridge.v1.ItemPatch\"Y\n\x0bMetricPatch\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04\x64rop\x18\x02 \x01(\x08\x12-\n\x06points\x18\x03 \x03(\x0b\x32\x1d.gputally.bridge.v1.ItemPatch\"\\\n\tItemPatch\x12\r\n\x05index\x18\x01 \x01(\r\x12\x32\n\nattributes\x18\x02 \x01(\x0b\x32\x1e.gputally.bridge.v1.Attributes\x12\x0c\n\x04\x64rop\x18\x03 \x01(\x08\"G\n\nAttributes\x12)\n\x03set\x18\x01 \x03(\x0b\x32\x1c.gputally.bridge.v1.KeyValue\x12\x0e\n\x06remove\x18\x02 \x03(\t\"D\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\t\x12+\n\x05value\x18\x02 \x01(\x0b\x32\x1c.gputally.bridge.v1.AnyValue\"\xf6\x01\n\x08\x41nyValue\x12\x16\n\x0cstring_value\x18\x01 \x01(\tH\x00\x12\x14\n\nbool_value\x18\x02 \x01(\x08H\x00\x12\x13\n\tint_value\x18\x03 \x01(\x03H\x00\x12\x16\n\x0c\x64ouble_value\x18\x04 \x01(\x01H\x00\x12\x35\n\x0b\x61rray_value\x18\x05 \x01(\x0b\x32\x1e.gputally.bridge.v1.ArrayValueH\x00\x12\x38\n\x0ckvlist_value\x18\x06 \x01(\x0b\x32 .gputally.bridge.v1.KeyValueListH\x00\x12\x15\n\x0b\x62ytes_value\x18\x07 \x01(\x0cH\x00\x42\x07\n\x05value\":\n\nArrayValue\x12,\n\x06values\x18\x01 \x03(\x0b\x32\x1c.gputally.bridge.v1.AnyValue\"<\n\x0cKeyValueList\x12,\n\x06values\x18\x01 \x03(\x0b\x32\x1c.gputally.bridge.v1.KeyValue2\xb7\x02\n\x06\x42ridge\x12g\n\x0eProcessMetrics\x12).gputally.bridge.v1.ProcessMetricsRequest\x1a*.gputally.bridge.v1.ProcessMetricsResponse\x12^\n\x0bProcessLogs\x12&.gputally.bridge.v1.ProcessLogsRequest\x1a\'.gputally.bridge.v1.ProcessLogsResponse\x12\x64\n\rProcessTraces\x12(.gputally.bridge.v1.ProcessTracesRequest\x1a).gputally.bridge.v1.ProcessTracesResponseBUZSgithub.com/gputally/gputally/collector/gputallyprocessor/internal/bridgepb;bridgepbb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -23,17 +23,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'ZSgithub.com/gputally/gputally/collector/gputallyprocessor/internal/bridgepb;bridgepb'
   _globals['_PROCESSMETRICSREQUEST']._serialized_start=46
-  _globals['_PROCESSMETRICSREQUEST']._serialized_end=101
-  _globals['_PROCESSMETRICSRESPONSE']._serialized_start=103
-  _globals['_PROCESSMETRICSRESPONSE']._serialized_end=187
-  _globals['_PROCESSLOGSREQUEST']._serialized_start=189
-  _globals['_PROCESSLOGSREQUEST']._serialized_end=241
-  _globals['_PROCESSLOGSRESPONSE']._serialized_start=243
-  _globals['_PROCESSLOGSRESPONSE']._serialized_end=324
-  _globals['_PROCESSTRACESREQUEST']._serialized_start=326
-  _globals['_PROCESSTRACESREQUEST']._serialized_end=380
-  _globals['_PROCESSTRACESRESPONSE']._serialized_start=382
-  _globals['_PROCESSTRACESRESPONSE']._serialized_end=465
-  _globals['_BRIDGE']._serialized_start=468
-  _globals['_BRIDGE']._serialized_end=779
+  _globals['_PROCESSMETRICSREQUEST']._serialized_end=123
+  _globals['_PROCESSMETRICSRESPONSE']._serialized_start=125
+  _globals['_PROCESSMETRICSRESPONSE']._serialized_end=251
+  _globals['_PROCESSLOGSREQUEST']._serialized_start=253
+  _globals['_PROCESSLOGSREQUEST']._serialized_end=327
+  _globals['_PROCESSLOGSRESPONSE']._serialized_start=329
+  _globals['_PROCESSLOGSRESPONSE']._serialized_end=452
+  _globals['_PROCESSTRACESREQUEST']._serialized_start=454
+  _globals['_PROCESSTRACESREQUEST']._serialized_end=530
+  _globals['_PROCESSTRACESRESPONSE']._serialized_start=532
+  _globals['_PROCESSTRACESRESPONSE']._serialized_end=657
+  _globals['_PATCH']._serialized_start=659
+  _globals['_PATCH']._serialized_end=764
+  _globals['_RESOURCEPATCH']._serialized_start=767
+  _globals['_RESOURCEPATCH']._serialized_end=911
+  _globals['_SCOPEPATCH']._serialized_start=914
+  _globals['_SCOPEPATCH']._serialized_end=1105
+  _globals['_METRICPATCH']._serialized_start=1107
+  _globals['_METRICPATCH']._serialized_end=1196
+  _globals['_ITEMPATCH']._serialized_start=1198
+  _globals['_ITEMPATCH']._serialized_end=1290
+  _globals['_ATTRIBUTES']._serialized_start=1292
+  _globals['_ATTRIBUTES']._serialized_end=1363
+  _globals['_KEYVALUE']._serialized_start=1365
+  _globals['_KEYVALUE']._serialized_end=1433
+  _globals['_ANYVALUE']._serialized_start=1436
+  _globals['_ANYVALUE']._serialized_end=1682
+  _globals['_ARRAYVALUE']._serialized_start=1684
+  _globals['_ARRAYVALUE']._serialized_end=1742
+  _globals['_KEYVALUELIST']._serialized_start=1744
+  _globals['_KEYVALUELIST']._serialized_end=1804
+  _globals['_BRIDGE']._serialized_start=1807
+  _globals['_BRIDGE']._serialized_end=2118
 # @@protoc_insertion_point(module_scope)

@@ -87,6 +87,8 @@ class InlinePipeline(Protocol):
 
     id: str
     signal: Signal
+    annotates: bool
+    """Whether its processors change only resource attributes (each factory's ``annotates``)."""
 
     async def process(self, batch: Batch) -> Batch | None:
         """What the processors make of ``batch``; None when they dropped all of it. Raises

@@ -88,11 +88,22 @@ class ProcessorFactory(_Factory[ConfigT]):
     """Whether :meth:`Processor.process` may keep a request to release it later from
     :meth:`Processor.flush` (``batch``): refused in pipelines whose receiver answers in line,
     since what it holds would reach the exporters instead of the caller."""
+    annotates: bool | Callable[[ConfigT], bool] = False
+    """Whether, with its config, :meth:`Processor.process` changes nothing but resource
+    attributes (sets or removes them) and drops nothing: a bridge answers a pipeline made only
+    of such processors with what changed (a patch) rather than the whole batch. A wrong True
+    where a processor changes points or drops items loses those changes in the Collector;
+    the default, False, only costs the caller a whole-batch answer."""
     mutates_data: bool
     """Whether :meth:`Processor.process` changes the batch it is given in place (the Collector's
     ``MutatesData`` capability). A receiver feeding several pipelines hands the same batch to
     every pipeline whose processors only read it, and a copy to each that changes it. There
     is no default: a wrong False lets one pipeline's changes leak into another."""
+
+
+    def annotates_with(self, config: ConfigT) -> bool:
+        """:attr:`annotates` for one config section."""
+        return self.annotates if isinstance(self.annotates, bool) else self.annotates(config)
 
 
 @dataclass(frozen=True, kw_only=True)

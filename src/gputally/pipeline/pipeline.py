@@ -61,6 +61,8 @@ class Stage:
     mutates_data: bool = True
     """Whether the processor changes the batches it is given in place (its factory says;
     without one, assume it does: a needless copy is slow, a missing one corrupts data)."""
+    annotates: bool = False
+    """Whether it changes only resource attributes (its factory's ``annotates``)."""
 
 
 class Pipeline:
@@ -89,6 +91,9 @@ class Pipeline:
         self._deferring = frozenset(
             index for index, stage in enumerate(stages) if self.durable and stage.processor.defer_acknowledgements()
         )
+        self.annotates = all(stage.annotates for stage in stages)
+        """Whether what comes out of :meth:`process` differs from what went in only in
+        resource attributes: the bridge may then answer with what changed."""
         self.mutates_data = any(stage.mutates_data for stage in stages)
         """Whether a batch given to :meth:`consume` may be changed in place: a read-only
         pipeline hands on (and its exporters queue) the very batch it was given."""

@@ -109,7 +109,8 @@ class Service:
             factory = component.factory
             processor = _create(factory.create, component.config, self._context(processor_id), signal)
             metrics = self.telemetry.for_processor(processor_id)
-            stages.append(Stage(processor_id, processor, metrics, mutates_data=factory.mutates_data))
+            stages.append(Stage(processor_id, processor, metrics, mutates_data=factory.mutates_data,
+                                annotates=factory.annotates_with(component.config)))
         exporters = [(e, self.exporters[e]) for e in pipeline_config.exporters]
         return Pipeline(pipeline_id, signal, stages, exporters, registry=self.telemetry.registry)
 
