@@ -432,13 +432,13 @@ class Ledger:
         self, hw_id: str, state: Device, owner: Owner, account: Account, t: int, severity: str, name: str
     ) -> Event:
         assert account.idle_since is not None
-        minutes = (t - account.idle_since) / _NS / 60
+        seconds = (t - account.idle_since) / _NS
         gpu = dict(state.attributes).get("hw.model", hw_id)
         if account.idle_kind == "allocated":
             what = f"holds GPU {hw_id} ({gpu}) allocated and idle"
         else:
             what = f"holds {account.peak_memory / _GIB:.1f} GiB on GPU {hw_id} ({gpu}) without computing"
-        text = f"{owner} {what} for {minutes:.0f} min" + ("" if severity == "WARN" else "; it is busy or gone now")
+        text = f"{owner} {what} for {_spell_length(seconds)}" + ("" if severity == "WARN" else "; it is busy or gone now")
         return Event(owner, hw_id, t, severity, name, {
             "message": text, "kind": account.idle_kind, "idle_since_unix_nano": account.idle_since,
             "idle_seconds": round((t - account.idle_since) / _NS, 3),
@@ -548,6 +548,16 @@ class Ledger:
     def drain_events(self) -> list[Event]:
         events, self.events = self.events, []
         return events
+
+
+def _spell_length(seconds: float) -> str:
+    """An idle spell's length as a person reads it: seconds under 90 s (never "0 min"), then
+    minutes, then hours."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _why(state: Device, unattributed: float, reasons: dict[str, list[float]]) -> None:
