@@ -32,7 +32,7 @@ from typing import Any
 from .config import UsageConfig
 from .observe import DeviceReading, Observation, ProcessReading, Sample
 from .owners import UNALLOCATED, UNATTRIBUTED, Named, Owner, Value
-from .plausible import Plausibility, Refused
+from .plausible import MARGIN_FACTOR, MARGIN_SECONDS, Plausibility, Refused
 
 __all__ = ["OWNER_ID", "OWNER_KIND", "Account", "Device", "Event", "Ledger", "OwnerState"]
 
@@ -309,8 +309,11 @@ class Ledger:
         shares = _shares(busy, by_owner, holders)
         energy = 0.0
         if reading.energy_j is not None and energy_before is not None:
-            energy = self.checks.energy(hw_id, state.refused, energy_before, reading.energy_j, dt,
-                                        self.checks.power_bound(state.power, state.attributes))
+            energy = reading.energy_j - energy_before
+            watts = state.power
+            if energy < 0 or watts is None or energy > watts * (MARGIN_FACTOR * dt + MARGIN_SECONDS):
+                energy = self.checks.energy(hw_id, state.refused, energy_before, reading.energy_j, dt,
+                                            self.checks.power_bound(watts, state.attributes))
         if shares:
             for owner, share in shares.items():
                 account = accounts.get(owner) or _opened(accounts, owner, since)

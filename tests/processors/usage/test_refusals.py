@@ -255,3 +255,21 @@ def test_both_ways_read_the_highest_power_limit(data: Data) -> None:
     read = [[o[2] for o in observer.observe(raw) if o[2] is not None] for _ in range(3)]
     assert observer.layouts.hits >= 1  # the second and third reads went through a layout
     assert [r[0].power_limit for r in read] == [700.0, 700.0, 700.0]
+
+
+def test_what_was_refused_survives_a_restart_with_storage(data: Data, tmp_path: Any) -> None:
+    """The refused counters are cumulative like the others: kept in the state file."""
+    sent = requests(energy_10x(data))
+    clock = FakeClock()
+    first = runtime(clock, storage=tmp_path, end_after=3600)
+    asyncio.run(first.acquire())
+    feed(first, sent[: K + 2])
+    emitted(first)
+    asyncio.run(first.release())  # saves
+    again = runtime(clock, storage=tmp_path, end_after=3600)
+    asyncio.run(again.acquire())
+    feed(again, sent[K + 2:])
+    device = next(iter(again.ledger.devices.values()))
+    assert set(device.refused) == {"energy_over_power_limit"} and device.refused["energy_over_power_limit"].count == 1
+    assert device.power == 700.0 and device.energy_high is not None
+    assert again.ledger.checks.counts == {}  # the self-metric counts since this start
