@@ -179,7 +179,7 @@ def gpu_lines(sink: Sink, model: str, limit_w: float | None, currency: str) -> s
         refused_j = counters.get("gputally.usage.refused.energy", 0.0)
         refused_s = counters.get("gputally.usage.refused.time", 0.0)
         out.append(f"  Refused as impossible: {refused_j:.0f} J, {refused_s:.2f} s busy." if refused_j or refused_s
-                   else "  Nothing refused as impossible: every reading is one an H200 can give.")
+                   else "  Nothing refused as impossible: every reading is one this GPU can give.")
     out.append("The GPU's holders (PodResources' time-sliced pods, the job's GRES) are each allocated an equal share "
                "of its time;\n  its busy time and energy go to whoever computed.")
     out.append(f"Each owner pays its allocated GPU-hours x {PRICE_PER_GPU_HOUR:.2f} {currency} (the H200's price) + its "
