@@ -41,8 +41,9 @@ def test_the_table_prints_what_was_refused_and_why(prom: Prometheus) -> None:
         per_gpu(prom, minute, busy, joules)
 
     body = report("--prometheus", prom.url, "--since", "1h", "--format", "json").json()
-    assert {r: (v["busy_gpu_hours"] * 3600, v["energy_kwh"]) for r, v in body["refused"].items()} == \
-        pytest.approx({"busy_over_wall": (72, 0), "energy_over_power_limit": (0, 1.0)})
+    got = {f"{r} {k}": v for r, figures in body["refused"].items() for k, v in figures.items()}
+    assert got == pytest.approx({"busy_over_wall busy_gpu_hours": 72 / 3600, "busy_over_wall energy_kwh": 0,
+                                 "energy_over_power_limit busy_gpu_hours": 0, "energy_over_power_limit energy_kwh": 1.0})
 
     text = report("--prometheus", prom.url, "--since", "1h").out
     table, _, below = text.partition("\nrefused as impossible (in no figure above): ")
