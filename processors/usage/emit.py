@@ -12,6 +12,8 @@ its observed time, and the events as log records on the owner's resource.
 | ``gputally.usage.observed.time`` | s | counter | per GPU: time integrated (the owners' allocated time adds up to it) |
 | ``gputally.usage.unobserved.time`` | s | counter | per GPU: gaps longer than ``max_gap``, not integrated |
 | ``gputally.usage.unattributed.time`` | s | counter | per GPU and ``gputally.usage.unattributed.reason``: busy time of processes no rule named |
+| ``gputally.usage.refused.time`` | s | counter | per GPU and ``gputally.usage.refused.reason``: busy time its readings claimed above wall time |
+| ``gputally.usage.refused.energy`` | J | counter | per GPU and reason: energy its readings claimed that no GPU can have used |
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ __all__ = ["SCOPE", "MetricsEmitter", "logs_request"]
 SCOPE = "gputally.processors.usage"
 CURRENCY = "gputally.usage.currency"
 REASON = "gputally.usage.unattributed.reason"
+REFUSED_REASON = "gputally.usage.refused.reason"
 _CUMULATIVE = metrics_pb2.AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
 _SEVERITY = {"INFO": 9, "WARN": 13}
 
@@ -104,6 +107,8 @@ class MetricsEmitter:
                 _sum(scope, "gputally.usage.unobserved.time", "s", device.start_ns, now_ns, device.unobserved,
                      zero=zero)
                 _unattributed(scope, device, now_ns, zero=zero)
+                if device.refused:
+                    _refused(scope, device, now_ns)
             device.announced = True
             for owner in sorted(device.accounts, key=lambda o: (o.kind, o.id)):
                 account = device.accounts[owner]
@@ -164,6 +169,27 @@ def _unattributed(scope: Any, device: Device, now_ns: int, *, zero: bool) -> Non
                                                  as_double=device.unattributed.get(reason, 0.0)))
         for point in points:
             set_attributes(point.attributes, [(REASON, reason)])
+
+
+def _refused(scope: Any, device: Device, now_ns: int) -> None:
+    """What the GPU's readings claimed and no GPU can have done, one point per reason that
+    happened on it (a reason's first point comes with a 0 at the GPU's start time)."""
+    start = device.start_ns
+    for name, unit, field in (("gputally.usage.refused.time", "s", "time"), ("gputally.usage.refused.energy", "J", "energy")):
+        metric = scope.metrics.add(name=name, unit=unit)
+        metric.sum.aggregation_temporality = _CUMULATIVE
+        metric.sum.is_monotonic = True
+        for reason in sorted(device.refused):
+            refused = device.refused[reason]
+            points = []
+            if not refused.announced and start < now_ns:
+                points.append(metric.sum.data_points.add(start_time_unix_nano=start, time_unix_nano=start, as_double=0.0))
+            points.append(metric.sum.data_points.add(start_time_unix_nano=start, time_unix_nano=now_ns,
+                                                     as_double=getattr(refused, field)))
+            for point in points:
+                set_attributes(point.attributes, [(REFUSED_REASON, reason)])
+    for refused in device.refused.values():
+        refused.announced = True
 
 
 def logs_request(events: Sequence[Event], observed_ns: int) -> ExportLogsServiceRequest:

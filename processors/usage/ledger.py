@@ -18,6 +18,8 @@ the caller says what time it is. Rules ("Who pays" in docs/usage.md says them fo
   like busy time while the GPU is busy, to the allocation owners while it is idle.
 * Idle time: allocated time during which the owner's utilization of its share was below
   ``idle_below``.
+* What no GPU can have done (energy above its power limit, utilization above 100 %, a clock
+  that went back) is refused, not booked: :mod:`.plausible`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 from .config import UsageConfig
 from .observe import DeviceReading, Observation, ProcessReading, Sample
 from .owners import UNALLOCATED, UNATTRIBUTED, Named, Owner, Value
+from .plausible import MARGIN_FACTOR, MARGIN_SECONDS, Plausibility, Refused
 
 __all__ = ["OWNER_ID", "OWNER_KIND", "Account", "Device", "Event", "Ledger", "OwnerState"]
 
@@ -92,6 +95,14 @@ class Device:
     announced: bool = False
     accounts: dict[Owner, Account] = field(default_factory=dict)
     pending: dict[int, Sample] = field(default_factory=dict)
+    power: float | None = None
+    """Watts: the GPU's last reported power limit (:mod:`.plausible`)."""
+    energy_high: float | None = None
+    """The highest energy counter value integrated (tells a clock that went back from a late reading)."""
+    restart: bool = False
+    """Its clock went back: the next sample integrated starts the GPU's integration again."""
+    refused: dict[str, Refused] = field(default_factory=dict)
+    """What its readings claimed that no GPU can have done, by ``gputally.usage.refused.reason``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +144,8 @@ class Ledger:
         self.evicted = 0
         self.watermark = 0
         """Newest sample time integrated on any GPU (ends owners not seen for ``end_after``)."""
+        self.checks = Plausibility()
+        """What is refused as impossible, counted, and the warnings to log."""
 
     # -- intake ----------------------------------------------------------------------------
 
@@ -152,7 +165,8 @@ class Ledger:
             state = devices.get(hw_id)
             if state is None:
                 state = devices[hw_id] = Device(start_ns=self.start_ns)
-            if state.last_ns is not None and time_ns <= state.last_ns:
+            if state.last_ns is not None and time_ns <= state.last_ns and (
+                    device is None or not self._went_back(hw_id, state, time_ns, device)):
                 self.late += len(processes) + (device is not None)  # readings, as a resource each
                 continue
             sample = state.pending.get(time_ns)
@@ -186,18 +200,40 @@ class Ledger:
             else:
                 for t, _ in due:
                     del pending[t]
-            if len(due) > 1:
-                due.sort(key=_time_of)
-            for t, sample in due:
-                if state.last_ns is not None and t <= state.last_ns:
-                    self.late += 1  # older than a sample that settled first (it arrived earlier)
-                    continue
-                if sample.device is None:
-                    self.incomplete += 1
-                    continue
-                self._integrate(hw_id, state, t, sample)
+            self._integrate_due(hw_id, state, due)
         if not self._pending:
             self._pending = set()  # a set keeps its largest table: iterating it would cost that size
+
+    def _integrate_due(self, hw_id: str, state: Device, due: list[tuple[int, Sample]]) -> None:
+        if len(due) > 1:
+            due.sort(key=_time_of)
+        for t, sample in due:
+            if state.last_ns is not None and t <= state.last_ns:
+                self.late += 1  # older than a sample that settled first (it arrived earlier)
+                continue
+            if sample.device is None:
+                self.incomplete += 1
+                continue
+            self._integrate(hw_id, state, t, sample)
+
+    def _went_back(self, hw_id: str, state: Device, time_ns: int, device: DeviceReading) -> bool:
+        """Whether a reading behind the GPU's clock is a new one on a clock that went back
+        (:mod:`.plausible`); then the GPU's held samples (from before the jump) are integrated
+        and its integration starts again from this reading."""
+        if (time_ns == state.last_ns or device.energy_j is None or state.energy_high is None
+                or device.energy_j <= state.energy_high):
+            return False
+        if state.pending:
+            due = list(state.pending.items())
+            state.pending.clear()
+            self._pending.discard(hw_id)
+            self._integrate_due(hw_id, state, due)
+        assert state.last_ns is not None
+        if not self.checks.backwards(hw_id, state.refused, time_ns, state.last_ns, device.energy_j, state.energy,
+                                     state.energy_high):
+            return False
+        state.last_ns, state.restart = time_ns - 1, True
+        return True
 
     # -- integration -----------------------------------------------------------------------
 
@@ -210,7 +246,11 @@ class Ledger:
             state.attributes = reading.attributes
         if reading.limit is not None:
             state.limit = reading.limit
+        if reading.power_limit is not None:
+            state.power = reading.power_limit
         previous = state.last_ns
+        if state.restart:  # its clock went back: integration starts again here
+            previous, state.restart = None, False
         since = previous if previous is not None else t  # a counter begun now starts here
         see = self._see
         allocation = reading.allocation
@@ -251,6 +291,8 @@ class Ledger:
         energy_before = state.energy
         if reading.energy_j is not None:
             state.energy = reading.energy_j
+            if state.energy_high is None or reading.energy_j > state.energy_high:
+                state.energy_high = reading.energy_j
         if previous is None:
             return
         dt = (t - previous) / _NS
@@ -261,13 +303,17 @@ class Ledger:
             return
         state.observed += dt
         utilization = reading.utilization or 0.0
+        if utilization > 1.0:  # more busy time than wall time: the excess is refused
+            utilization = self.checks.busy(hw_id, state.refused, utilization, dt)
         busy = (utilization if 0.0 < utilization < 1.0 else 1.0 if utilization >= 1.0 else 0.0) * dt  # NaN: 0
         shares = _shares(busy, by_owner, holders)
         energy = 0.0
         if reading.energy_j is not None and energy_before is not None:
             energy = reading.energy_j - energy_before
-            if energy < 0:  # the counter restarted (driver reload): it counts from zero again
-                energy = reading.energy_j
+            watts = state.power
+            if energy < 0 or watts is None or energy > watts * (MARGIN_FACTOR * dt + MARGIN_SECONDS):
+                energy = self.checks.energy(hw_id, state.refused, energy_before, reading.energy_j, dt,
+                                            self.checks.power_bound(watts, state.attributes))
         if shares:
             for owner, share in shares.items():
                 account = accounts.get(owner) or _opened(accounts, owner, since)
@@ -389,13 +435,13 @@ class Ledger:
         self, hw_id: str, state: Device, owner: Owner, account: Account, t: int, severity: str, name: str
     ) -> Event:
         assert account.idle_since is not None
-        minutes = (t - account.idle_since) / _NS / 60
+        seconds = (t - account.idle_since) / _NS
         gpu = dict(state.attributes).get("hw.model", hw_id)
         if account.idle_kind == "allocated":
             what = f"holds GPU {hw_id} ({gpu}) allocated and idle"
         else:
             what = f"holds {account.peak_memory / _GIB:.1f} GiB on GPU {hw_id} ({gpu}) without computing"
-        text = f"{owner} {what} for {minutes:.0f} min" + ("" if severity == "WARN" else "; it is busy or gone now")
+        text = f"{owner} {what} for {_spell_length(seconds)}" + ("" if severity == "WARN" else "; it is busy or gone now")
         return Event(owner, hw_id, t, severity, name, {
             "message": text, "kind": account.idle_kind, "idle_since_unix_nano": account.idle_since,
             "idle_seconds": round((t - account.idle_since) / _NS, 3),
@@ -505,6 +551,16 @@ class Ledger:
     def drain_events(self) -> list[Event]:
         events, self.events = self.events, []
         return events
+
+
+def _spell_length(seconds: float) -> str:
+    """An idle spell's length as a person reads it: seconds under 90 s (never "0 min"), then
+    minutes, then hours."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _why(state: Device, unattributed: float, reasons: dict[str, list[float]]) -> None:

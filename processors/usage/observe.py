@@ -88,6 +88,11 @@ _DEVICE_METRICS: dict[str, tuple[str, float, int]] = {
     "DCGM_FI_DEV_FB_USED": ("memory", _MIB, 1),
     "hw.gpu.memory.limit": ("limit", 1.0, 0),
     "DCGM_FI_DEV_FB_FREE": ("free", _MIB, 1),
+    # power limits (W): the highest point of the best source counts (plausible.py's bound)
+    "gputally.gpu.power.limit": ("power", 1.0, 0),
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX": ("power", 1.0, 1),
+    "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": ("power", 1.0, 2),
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power", 1.0, 3),
 }
 _PROCESS_METRICS: dict[str, tuple[str, float, int]] = {
     "gputally.gpu.process.utilization": ("utilization", 1.0, 0),
@@ -107,6 +112,8 @@ class DeviceReading:
     limit: float | None = None
     allocation: tuple[Named, ...] = ()
     attributes: tuple[tuple[str, Value], ...] = ()
+    power_limit: float | None = None
+    """Watts: the highest power limit the GPU reported (enforced, or the most it may be set to)."""
 
 
 @dataclass(slots=True)
@@ -199,7 +206,7 @@ class Observer:
                         kind = point.WhichOneof("value")
                         if kind is None:
                             continue
-                        _hold(values.setdefault(point.time_unix_nano, {}), role, rank,
+                        _keep(values.setdefault(point.time_unix_nano, {}), role, rank,
                               float(getattr(point, kind)) * scale)
             for time_ns, roles in values.items():
                 yield _observation(decision, time_ns, {role: value for role, (_, value) in roles.items()})
@@ -212,12 +219,13 @@ class Observer:
             for hw_id, device, processes in layout.plan:
                 reading = None
                 if device is not None:
-                    decision, ui, us, ei, es, mi, ms, li, ls, fi, fs = device
+                    decision, ui, us, ei, es, mi, ms, li, ls, fi, fs, power = device
                     memory = values[mi] * ms if mi >= 0 else None
                     reading = DeviceReading(
                         values[ui] * us if ui >= 0 else None, values[ei] * es if ei >= 0 else None, memory,
                         _limit(memory, values[li] * ls if li >= 0 else None, values[fi] * fs if fi >= 0 else None),
-                        decision.allocation, decision.attributes)
+                        decision.allocation, decision.attributes,
+                        max(values[i] * s for i, s in power) if power else None)
                 readings = {}
                 for key, owner, ui, us, mi, ms, reason in processes:
                     readings[key] = ProcessReading(
@@ -228,7 +236,7 @@ class Observer:
             by_time: dict[int, dict[str, tuple[int, float]]] = {}
             for slot in slots:
                 time_ns = times[slot.time] if slot.time >= 0 else 0
-                _hold(by_time.setdefault(time_ns, {}), slot.role, slot.rank, values[slot.value] * slot.scale)
+                _keep(by_time.setdefault(time_ns, {}), slot.role, slot.rank, values[slot.value] * slot.scale)
             for time_ns, roles in by_time.items():
                 yield _observation(decision, time_ns, {role: value for role, (_, value) in roles.items()})
 
@@ -279,6 +287,20 @@ def _hold(roles: dict[str, tuple[int, T]], role: str, rank: int, value: T) -> No
         roles[role] = (rank, value)
 
 
+def _keep(roles: dict[str, tuple[int, float]], role: str, rank: int, value: float) -> None:
+    """:func:`_hold` for a read value; of several ``power`` points of one source (a probe's
+    enforced, min and max limits) the highest."""
+    held = roles.get(role)
+    if held is None or rank < held[0] or (role == "power" and rank == held[0] and value > held[1]):
+        roles[role] = (rank, value)
+
+
+def _power(slots: tuple[Slot, ...]) -> tuple[tuple[int, float], ...]:
+    """(value index, scale) of the power-limit points of the best source: the reader takes the highest."""
+    ranks = [slot.rank for slot in slots if slot.role == "power"]
+    return tuple((slot.value, slot.scale) for slot in slots if slot.role == "power" and slot.rank == min(ranks))
+
+
 def _table(decision: Any) -> dict[str, tuple[str, float, int]]:
     """The metrics read for a resource: a process's, or a GPU's."""
     return _PROCESS_METRICS if decision.process is not None else _DEVICE_METRICS
@@ -287,7 +309,7 @@ def _table(decision: Any) -> dict[str, tuple[str, float, int]]:
 def _plan(entries: tuple[tuple[Any, tuple[Slot, ...]], ...]) -> tuple[Any, ...]:
     """Per GPU, in request order: ``(hw_id, device, processes)`` for reading an entry whose
     points share one time. ``device``: the GPU resource's decision, then value index and scale
-    of utilization, energy, memory, limit and free (-1: none), or None; ``processes``: ``(key,
+    of utilization, energy, memory, limit and free (-1: none), then the power limits' (`_power`), or None; ``processes``: ``(key,
     owner, utilization index and scale, memory index and scale, unattributed reason)`` per process resource. Each
     role's point is the one the general read keeps (:func:`_hold`); a GPU or process named by
     two resources keeps the last, as the ledger does."""
@@ -302,7 +324,7 @@ def _plan(entries: tuple[tuple[Any, tuple[Slot, ...]], ...]) -> tuple[Any, ...]:
         roles = [n for role in _ROLES for n in (found[role][1] if role in found else (-1, 0.0))]
         devices.setdefault(decision.hw_id, None)
         if decision.process is None:
-            devices[decision.hw_id] = (decision, *roles)
+            devices[decision.hw_id] = (decision, *roles, _power(slots))
         else:
             ui, us, _, _, mi, ms = roles[:6]
             gpu = processes.setdefault(decision.hw_id, {})
@@ -321,7 +343,8 @@ def _observation(decision: _Decision, time_ns: int, roles: dict[str, float]) -> 
     memory = roles.get("memory")
     limit = _limit(memory, roles.get("limit"), roles.get("free"))
     return decision.hw_id, time_ns, DeviceReading(
-        roles.get("utilization"), roles.get("energy"), memory, limit, decision.allocation, decision.attributes), {}
+        roles.get("utilization"), roles.get("energy"), memory, limit, decision.allocation, decision.attributes,
+        roles.get("power")), {}
 
 
 def _limit(memory: float | None, limit: float | None, free: float | None) -> float | None:

@@ -185,6 +185,8 @@ class UsageRuntime(CountedRuntime):
             self.saver.submit(LedgerFile.snapshot(self.ledger))
 
     def _collect_events(self) -> None:
+        for warning in self._ledger.checks.drain_warnings():
+            log.warning("%s: %s", self.name, warning)
         events = self._ledger.drain_events()
         if not events:
             return
@@ -246,6 +248,9 @@ _FAMILIES: tuple[tuple[str, type[GaugeMetricFamily] | type[CounterMetricFamily],
      "Requests read for usage: through a cached layout (numbers at known offsets), or the general way "
      "(a parse; a new or changing request shape, or no room left for layouts).", ("way",)),
     ("layout_bytes", GaugeMetricFamily, "Bytes held by cached request layouts.", ()),
+    ("refused", CounterMetricFamily,
+     "Readings refused as impossible (not booked), by reason: energy_over_power_limit, energy_counter_reset "
+     "(a restart: its new value booked where possible), busy_over_wall, clock_backwards.", ("reason",)),
     ("state_saves", CounterMetricFamily,
      "Saves of the state file (storage), by outcome: saved, or failed (the processor is degraded until one succeeds).",
      ("outcome",)),
@@ -282,6 +287,8 @@ def _samples(runtime: UsageRuntime) -> Iterator[tuple[str, tuple[str, ...], floa
     yield "requests_read", ("layout",), layouts.hits
     yield "requests_read", ("general",), layouts.requests - layouts.hits
     yield "layout_bytes", (), layouts.held
+    for reason, count in sorted(ledger.checks.counts.items()):
+        yield "refused", (reason,), count
     if runtime.saver is not None:
         yield "state_saves", ("saved",), runtime.saver.saved
         yield "state_saves", ("failed",), runtime.saver.failed

@@ -20,6 +20,7 @@ from typing import Any
 
 from .ledger import Account, Device, Ledger, OwnerState
 from .owners import Owner, owner
+from .plausible import Refused
 
 __all__ = ["LedgerFile", "Restored"]
 
@@ -56,6 +57,8 @@ class LedgerFile:
                     "start_ns": d.start_ns, "attributes": list(d.attributes), "last_ns": d.last_ns,
                     "energy": d.energy, "limit": d.limit, "observed": d.observed, "unobserved": d.unobserved,
                     "unattributed": dict(d.unattributed), "announced": d.announced,
+                    "power": d.power, "energy_high": d.energy_high, "restart": d.restart,
+                    "refused": {reason: asdict(r) for reason, r in d.refused.items()},
                     "accounts": [[o.kind, o.id, asdict(a)] for o, a in d.accounts.items()],
                 }
                 for hw_id, d in ledger.devices.items()
@@ -96,6 +99,8 @@ class LedgerFile:
                     energy=d["energy"], limit=d["limit"], observed=float(d["observed"]),
                     unobserved=float(d["unobserved"]), announced=bool(d.get("announced", False)),
                     unattributed={str(k): float(v) for k, v in d.get("unattributed", {}).items()},
+                    power=d.get("power"), energy_high=d.get("energy_high"), restart=bool(d.get("restart", False)),
+                    refused={str(k): Refused(**v) for k, v in d.get("refused", {}).items()},
                 )
                 for kind, owner_id, account in d["accounts"]:
                     device.accounts[_owner([kind, owner_id])] = Account(**{k: account[k] for k in _ACCOUNT_FIELDS

@@ -19,10 +19,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                              "or $GPUTALLY_DEMO_RECORDING)")
     parser.add_argument("--synthetic", action="store_true",
                         help="replay made-up readings of the same workloads instead (the default where no recording is found)")
-    parser.add_argument("--seconds", type=float, default=Options.replay_seconds, metavar="S",
-                        help="how long the probe replays (default %(default)s)")
+    parser.add_argument("--readings", type=int, default=None, metavar="N",
+                        help="how many readings to replay, at the recording's own pace (default: all of them, once)")
     parser.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    return run_demo(Options(recording=args.recording, synthetic=args.synthetic, replay_seconds=args.seconds))
+    return run_demo(Options(recording=args.recording, synthetic=args.synthetic, readings=args.readings))

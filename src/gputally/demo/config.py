@@ -1,11 +1,16 @@
-"""The config ``serve`` runs for the demo: OTLP in on a free loopback port, ``usage`` naming
-owners from the recording's cgroups, OTLP/HTTP out to the demo's own sink."""
+"""The config ``serve`` runs for the demo: OTLP in on a free loopback port, ``k8s`` (gateway
+mode: the pods as the probe's PodResources and CRI hints name them) and ``slurm`` (the demo's
+slurmrestd) before ``usage``, OTLP/HTTP out to the demo's own sink."""
 
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
-__all__ = ["free_port", "serve_config"]
+__all__ = ["PRICE_PER_GPU_HOUR", "ENERGY_PRICE_PER_KWH", "free_port", "kubeconfig", "serve_config"]
+
+PRICE_PER_GPU_HOUR = 3.20
+ENERGY_PRICE_PER_KWH = 0.12
 
 
 def free_port() -> int:
@@ -15,11 +20,30 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def serve_config(*, grpc_port: int, admin_port: int, sink_port: int, idle_after: str) -> str:
-    """YAML for ``gputally serve``. With no Kubernetes API or Slurm to ask, an owner is the
-    cgroup its processes ran in (``process.linux.cgroup``, sent by the probe): the demo names
-    it from that path. No scheduler allocated the GPU, so allocated time (and cost) lands on
-    ``unallocated``; busy time, memory and the idle holder are per owner."""
+def kubeconfig(path: Path) -> Path:
+    """A kubeconfig whose API server is a loopback port nothing listens on: the demo has no
+    Kubernetes API, so ``k8s`` names pods from what the node said, as it does while the API
+    server is out of reach (the pods' uids, names and namespaces from PodResources and CRI)."""
+    path.write_text(f"""\
+apiVersion: v1
+kind: Config
+clusters:
+- name: demo
+  cluster: {{server: "https://127.0.0.1:{free_port()}", insecure-skip-tls-verify: true}}
+users:
+- name: demo
+  user: {{token: none}}
+contexts:
+- name: demo
+  context: {{cluster: demo, user: demo}}
+current-context: demo
+""")
+    return path
+
+
+def serve_config(*, grpc_port: int, admin_port: int, sink_port: int, slurmrestd_port: int, kube: Path,
+                 node: str, idle_after: str) -> str:
+    """YAML for ``gputally serve``: k8s -> slurm -> usage, the usage prices of the demo."""
     return f"""\
 receivers:
   otlp:
@@ -27,13 +51,22 @@ receivers:
       grpc:
         endpoint: 127.0.0.1:{grpc_port}
 processors:
+  k8s:
+    mode: gateway
+    kubeconfig: {kube}
+  slurm:
+    backend: slurmrestd
+    node_name: {node}
+    slurmrestd:
+      endpoint: http://127.0.0.1:{slurmrestd_port}
+      token: demo
   usage:
-    owners:
-      - {{kind: cgroup, key: [process.linux.cgroup]}}
     idle_after: {idle_after}
     settle: 0s
     emit_interval: 1s
-    default_price_per_gpu_hour: 2.5
+    prices:
+      - {{model: "NVIDIA H200*", per_gpu_hour: {PRICE_PER_GPU_HOUR}}}
+    energy_price_per_kwh: {ENERGY_PRICE_PER_KWH}
 exporters:
   otlphttp:
     endpoint: http://127.0.0.1:{sink_port}
@@ -44,11 +77,11 @@ service:
   pipelines:
     metrics:
       receivers: [otlp]
-      processors: [usage]
+      processors: [k8s, slurm, usage]
       exporters: [otlphttp]
     logs:
       receivers: [otlp]
-      processors: [usage]
+      processors: [k8s, slurm, usage]
       exporters: [otlphttp]
   telemetry:
     metrics:

@@ -1,9 +1,12 @@
-"""The demo's run: a sink, ``gputally serve`` and ``gputally probe nvml --replay`` as
-subprocesses of this one, then the chargeback table.
+"""The demo's run: a sink, the node's services (PodResources, CRI, slurmrestd: stand-ins
+answering from the recording, :mod:`.cluster`), ``gputally serve`` and ``gputally probe nvml
+--replay`` as subprocesses of this one, then the chargeback table.
 
-Everything goes through the real commands, so what the demo shows is what a deployment does;
-only the backend (:mod:`.sink`) and the owners' names (read from their cgroups, as the ``k8s``
-and ``slurm`` processors would before asking their APIs) stand in for a cluster.
+Everything else goes through the real commands and protocols, so what the demo shows is what
+a deployment does. The recording is replayed once, at its own pace (the probe's interval is
+the recording's mean spacing, about 2 s): each reading is stamped when sent, so its energy
+delta and utilization are counted over the time they took, and the table's figures are what
+the GPU did (about 18 s of a 700 W H200).
 """
 
 from __future__ import annotations
@@ -13,23 +16,25 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TextIO
+from typing import IO, Any, TextIO
 
 from aiohttp import web
 
 from gputally.cgroup import parse_cgroup
 
+from . import cluster as stand_ins
 from . import synthetic
-from .config import free_port, serve_config
+from .config import ENERGY_PRICE_PER_KWH, PRICE_PER_GPU_HOUR, free_port, kubeconfig, serve_config
 from .sink import Event, Sink
 
-__all__ = ["DemoError", "Options", "find_recording", "owner_name", "run_demo"]
+__all__ = ["DemoError", "Options", "Result", "find_recording", "owner_name", "pace", "replay", "run_demo"]
 
 RECORDING = "h200-three-workloads-timeseries.json"
 # Where a checkout finds the recording: the shared fixtures beside the repository.
@@ -53,14 +58,23 @@ class DemoError(Exception):
 @dataclass(frozen=True, kw_only=True)
 class Options:
     recording: Path | None = None
-    replay_seconds: float = 10.0
-    """Wall time the probe replays for: each cycle is the next recorded reading, sent at once
-    and stamped with the time it is sent (the recording wraps around)."""
-    interval: str = "0.25s"
+    readings: int | None = None
+    """How many readings to replay (default: all of the recording's, once), at its own pace."""
     synthetic: bool = False
     """Replay the synthetic recording (:mod:`.synthetic`) even where the real one is found."""
-    idle_after: str = "3s"
+    idle_after: str = "10s"
     """Short, so the idle event fires while you watch (the default is 30m)."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a demo run saw: the sink (counters, events, the GPU readings that passed through),
+    the recording replayed and its pace."""
+
+    sink: Sink
+    recording: dict[str, Any]
+    interval: float
+    readings: int
 
 
 def find_recording(given: Path | None) -> Path | None:
@@ -77,17 +91,30 @@ def find_recording(given: Path | None) -> Path | None:
     return next((path for path in candidates if path.is_file()), None)
 
 
-def owner_name(kind: str, owner_id: str) -> str:
-    """A readable name for an owner: what its cgroup says (pod, Slurm job), else the id."""
-    if kind != "cgroup":
-        return owner_id if kind in ("unallocated", "unattributed") else f"{kind} {owner_id}"
-    info = parse_cgroup(owner_id)
-    if info.slurm_job_id is not None:
-        return f"Slurm job {info.slurm_job_id}"
-    if info.pod_uid:
-        qos = f", {info.qos_class}" if info.qos_class else ""
-        return f"pod {info.pod_uid[:8]}{qos}"
-    return info.path or owner_id
+def pace(data: dict[str, Any]) -> float:
+    """Seconds between two readings as the recording took them (its mean spacing, to the ms)."""
+    times = [float(s["time"]) for s in data.get("snapshots", []) if isinstance(s.get("time"), int | float)]
+    if len(times) < 2 or times[-1] <= times[0]:
+        raise DemoError("the recording needs two or more timed readings to be replayed at its pace")
+    return max(0.1, round((times[-1] - times[0]) / (len(times) - 1), 3))
+
+
+def owner_name(kind: str, owner_id: str, attributes: dict[str, object] | None = None) -> str:
+    """An owner as a person names it: a pod by namespace/name, a job by id and user, from the
+    attributes its counters carry (what k8s and slurm found); the id where they say nothing."""
+    attributes = attributes or {}
+    if kind == "k8s.pod":
+        namespace, name = attributes.get("k8s.namespace.name"), attributes.get("k8s.pod.name")
+        return f"pod {namespace}/{name}" if namespace and name else f"pod {owner_id}"
+    if kind == "slurm.job":
+        user = attributes.get("slurm.job.user")
+        return f"Slurm job {owner_id}" + (f" ({user})" if user else "")
+    if kind == "cgroup":
+        info = parse_cgroup(owner_id)
+        if info.slurm_job_id is not None:
+            return f"Slurm job {info.slurm_job_id}"
+        return f"pod {info.pod_uid}" if info.pod_uid else (info.path or owner_id)
+    return owner_id if kind in ("unallocated", "unattributed") else f"{kind} {owner_id}"
 
 
 def _gputally() -> list[str]:
@@ -107,29 +134,57 @@ def _wait_ready(url: str, deadline: float) -> None:
     raise DemoError(f"gputally serve did not become ready ({url})")
 
 
-def _hours(seconds: float) -> str:
-    return f"{seconds:7.2f} s"
+def _seconds(seconds: float) -> str:
+    return f"{seconds:6.2f} s"
 
 
 def table(sink: Sink) -> str:
-    owners = sorted({(k, i) for k, i, _ in sink.counters if k}, key=lambda o: (o[0] == "unallocated", o))
+    """The chargeback table: one row per owner, then TOTAL, from the counters' latest values."""
+    owners = sorted({(k, i) for k, i, _ in sink.counters if k}, key=lambda o: (o[0] in ("unallocated", "unattributed"), o))
     rows = [("owner", "used (busy)", "idle", "allocated", "energy", "peak memory", "pays")]
+    total = {"busy": 0.0, "idle": 0.0, "allocated": 0.0, "energy": 0.0, "cost": 0.0}
+    currency = ""
     for kind, oid in owners:
-        c = {m: v for (k, i, m), v in sink.counters.items() if (k, i) == (kind, oid)}
-        currency = str(sink.owners.get((kind, oid), {}).get("gputally.usage.currency", ""))
+        c = {m.removeprefix("gputally.usage."): v for (k, i, m), v in sink.counters.items() if (k, i) == (kind, oid)}
+        currency = str(sink.owners.get((kind, oid), {}).get("gputally.usage.currency", currency))
+        for name in total:
+            total[name] += c.get(name if name not in ("busy", "idle", "allocated") else f"{name}.time", 0.0)
         rows.append((
-            owner_name(kind, oid),
-            _hours(c.get("gputally.usage.busy.time", 0.0)),
-            _hours(c.get("gputally.usage.idle.time", 0.0)),
-            _hours(c.get("gputally.usage.allocated.time", 0.0)),
-            f"{c.get('gputally.usage.energy', 0.0):8.0f} J",
-            f"{c.get('gputally.usage.memory.peak', 0.0) / 2**30:6.2f} GiB",
-            f"{c.get('gputally.usage.cost', 0.0):.4f} {currency}".strip(),
+            owner_name(kind, oid, sink.owners.get((kind, oid))),
+            _seconds(c.get("busy.time", 0.0)), _seconds(c.get("idle.time", 0.0)), _seconds(c.get("allocated.time", 0.0)),
+            f"{c.get('energy', 0.0):7.0f} J", f"{c.get('memory.peak', 0.0) / 2**30:6.2f} GiB",
+            f"{c.get('cost', 0.0):.6f} {currency}".strip(),
         ))
+    rows.append(("TOTAL", _seconds(total["busy"]), _seconds(total["idle"]), _seconds(total["allocated"]),
+                 f"{total['energy']:7.0f} J", "", f"{total['cost']:.6f} {currency}".strip()))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.insert(len(lines) - 1, lines[1])
     return "\n".join(lines) + "\n"
+
+
+def gpu_lines(sink: Sink, model: str, limit_w: float | None, currency: str) -> str:
+    """Per GPU, what the table is held to: its observed wall time, its own energy counter, the
+    mean power that makes, and what was refused as impossible."""
+    out = []
+    for hw_id, counters in sorted(sink.gpus.items()):
+        observed = counters.get("gputally.usage.observed.time", 0.0)
+        energies = sink.readings.get(hw_id, [])
+        delta = energies[-1] - energies[0] if len(energies) > 1 else 0.0
+        mean = f", {delta / observed:.0f} W mean" if observed > 0 else ""
+        limit = f" (its limit: {limit_w:.0f} W)" if limit_w else ""
+        out.append(f"GPU {hw_id} ({model}): {len(energies)} readings over {observed:.2f} s; its energy counter rose "
+                   f"{delta:.0f} J{mean}{limit}.")
+        refused_j = counters.get("gputally.usage.refused.energy", 0.0)
+        refused_s = counters.get("gputally.usage.refused.time", 0.0)
+        out.append(f"  Refused as impossible: {refused_j:.0f} J, {refused_s:.2f} s busy." if refused_j or refused_s
+                   else "  Nothing refused as impossible: every reading is one this GPU can give.")
+    out.append("The GPU's holders (PodResources' time-sliced pods, the job's GRES) are each allocated an equal share "
+               "of its time;\n  its busy time and energy go to whoever computed.")
+    out.append(f"Each owner pays its allocated GPU-hours x {PRICE_PER_GPU_HOUR:.2f} {currency} (the H200's price) + its "
+               f"kWh x {ENERGY_PRICE_PER_KWH:.2f}.")
+    return "\n".join(out) + "\n"
 
 
 def _epilogue(admin_port: int) -> str:
@@ -143,12 +198,12 @@ Where the same data appears in a deployment:
   `gputally report --prometheus URL` prints this table from Prometheus for any time range;
   Grafana: the Chargeback and Idle GPUs dashboards (collector-config/dashboards/);
   alert rules: collector-config/alerts/. gputally's own metrics were at http://127.0.0.1:{admin_port}/metrics.
-  With the k8s and slurm processors the owners are named pods and jobs, and allocated time
-  (and cost) goes to whoever the scheduler gave the GPU; here nothing allocated it.
+  The pods were named by the kubelet's PodResources and the container runtime's CRI, the job by
+  slurmrestd: stand-ins on this machine answering from the recording (no Kubernetes API, no Slurm).
 """
 
 
-async def _main(options: Options, out: TextIO, err: TextIO) -> int:
+async def _main(options: Options, out: TextIO, err: TextIO) -> Result:
     with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory(prefix="gputally-demo-") as scratch:
         try:
             return await _demo(options, out, log, Path(scratch))
@@ -158,7 +213,18 @@ async def _main(options: Options, out: TextIO, err: TextIO) -> int:
             raise
 
 
-async def _demo(options: Options, out: TextIO, log: IO[str], scratch: Path) -> int:
+async def _stop(proc: asyncio.subprocess.Process | None) -> None:
+    if proc is None or proc.returncode is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), 15)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+
+
+async def _demo(options: Options, out: TextIO, log: IO[str], scratch: Path) -> Result:
     recording = None if options.synthetic else find_recording(options.recording)
     what = "one NVIDIA H200: a trainer pod, a notebook pod that stops, a Slurm job holding memory and never computing"
     if recording is None:
@@ -166,24 +232,37 @@ async def _demo(options: Options, out: TextIO, log: IO[str], scratch: Path) -> i
         recording.write_text(json.dumps(synthetic.recording()))
         what = ("SYNTHETIC: made-up readings of the same three workloads"
                 + ("" if options.synthetic else "; the real H200 recording is not beside this install"))
+    try:
+        data = stand_ins.load(recording)
+    except (OSError, ValueError) as exc:
+        raise DemoError(f"cannot read the recording {recording}: {exc}") from exc
+    interval = pace(data)
+    readings = options.readings or len(data["snapshots"])
+    node = socket.gethostname().split(".")[0]
+    scene = stand_ins.from_recording(data, node=node)
     grpc_port, admin_port = free_port(), free_port()
 
     def event(e: Event) -> None:
-        name = owner_name(str(e.attributes.get("gputally.usage.owner.kind", "")),
-                          str(e.attributes.get("gputally.usage.owner.id", "")))
+        kind, oid = str(e.attributes.get("gputally.usage.owner.kind", "")), str(e.attributes.get("gputally.usage.owner.id", ""))
         sink.events.append(e)
-        print(f"  event {e.name} [{e.severity or '-'}] {name}: {e.body}", file=out, flush=True)
+        print(f"  event {e.name} [{e.severity or '-'}] {owner_name(kind, oid, e.attributes)}: {e.body}",
+              file=out, flush=True)
 
     sink = Sink(on_event=event)
-    runner = web.AppRunner(sink.app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    sink_port = runner.addresses[0][1]
-    config = serve_config(grpc_port=grpc_port, admin_port=admin_port, sink_port=sink_port, idle_after=options.idle_after)
+    runners = [web.AppRunner(sink.app(), access_log=None), web.AppRunner(stand_ins.slurmrestd_app(scene), access_log=None)]
+    ports = []
+    for runner in runners:
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        ports.append(runner.addresses[0][1])
+    node_server, kubelet_socket, cri_socket = await stand_ins.serve_node(scene, scratch / "node")
+    config = serve_config(grpc_port=grpc_port, admin_port=admin_port, sink_port=ports[0], slurmrestd_port=ports[1],
+                          kube=kubeconfig(scratch / "kubeconfig"), node=node, idle_after=options.idle_after)
     env = {**os.environ, "GPUTALLY_DEMO_CONFIG": config}
     print(f"gputally demo: replaying {recording.name} ({what})\n"
-          f"  through `gputally serve` (usage processor) on 127.0.0.1:{grpc_port}\n", file=out, flush=True)
+          f"  {readings} readings at the recording's own pace (one every {interval:.3f} s: about "
+          f"{(readings - 1) * interval:.0f} s)\n"
+          f"  through `gputally serve` (k8s, slurm, usage) on 127.0.0.1:{grpc_port}\n", file=out, flush=True)
     serve = await asyncio.create_subprocess_exec(*_gputally(), "serve", "--config", "env:GPUTALLY_DEMO_CONFIG",
                                                  env=env, stdout=asyncio.subprocess.DEVNULL, stderr=log)
     probe: asyncio.subprocess.Process | None = None
@@ -191,34 +270,47 @@ async def _demo(options: Options, out: TextIO, log: IO[str], scratch: Path) -> i
         await asyncio.to_thread(_wait_ready, f"http://127.0.0.1:{admin_port}/readyz", time.monotonic() + 30)
         probe = await asyncio.create_subprocess_exec(
             *_gputally(), "probe", "nvml", "--replay", str(recording), "--endpoint", f"127.0.0.1:{grpc_port}",
-            "--insecure", "--interval", options.interval, "--no-pod-resources", "--node-name", "demo-node",
-            "--summary-every", "0", "--log-level", "warn", env=env, stdout=asyncio.subprocess.DEVNULL, stderr=log)
-        await asyncio.sleep(options.replay_seconds)
-        probe.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(probe.wait(), 15)
+            "--insecure", "--interval", f"{interval}s", "--pod-resources", str(kubelet_socket), "--cri", str(cri_socket),
+            "--pod-resources-refresh", "1s", "--node-name", node, "--summary-every", "0", "--log-level", "warn",
+            env=env, stdout=asyncio.subprocess.DEVNULL, stderr=log)
+        deadline = time.monotonic() + readings * interval + 30
+        while max((len(v) for v in sink.readings.values()), default=0) < readings:  # one lap, then stop
+            if probe.returncode is not None or time.monotonic() > deadline:
+                raise DemoError(f"the probe sent {max((len(v) for v in sink.readings.values()), default=0)} of "
+                                f"{readings} readings")
+            await asyncio.sleep(0.05)
+        await _stop(probe)
         await asyncio.sleep(1.5)  # one more emit_interval: the last readings' counters
     finally:
         for proc in (probe, serve):
-            if proc is not None and proc.returncode is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(proc.wait(), 15)
-                except TimeoutError:
-                    proc.kill()
-                    await proc.wait()
-        await runner.cleanup()
+            await _stop(proc)
+        await node_server.stop(None)
+        for runner in runners:
+            await runner.cleanup()
     if not sink.counters:
         raise DemoError("no usage counters arrived from gputally serve")
-    print(f"\n{len(sink.events)} usage event(s) fired. Who used, idled and pays for the GPU (the usage processor's counters):\n", file=out)
+    currency = next((str(a.get("gputally.usage.currency")) for a in sink.owners.values()
+                     if a.get("gputally.usage.currency")), "USD")
+    limit = data.get("device", {}).get("enforced_power_limit_mw")
+    print(f"\n{len(sink.events)} usage event(s) fired. Who used, idled and pays for the GPU (the usage processor's "
+          "counters):\n", file=out)
     out.write(table(sink))
+    out.write("\n" + gpu_lines(sink, str(data.get("device", {}).get("name", "GPU")),
+                               limit / 1000 if isinstance(limit, int | float) else None, currency))
     out.write(_epilogue(admin_port))
-    return 0
+    return Result(sink, data, interval, readings)
+
+
+def replay(options: Options, *, out: TextIO | None = None, err: TextIO | None = None) -> Result:
+    """Run the demo, printing as ``gputally demo`` does; raises :class:`DemoError`."""
+    return asyncio.run(_main(options, out or sys.stdout, err or sys.stderr))
 
 
 def run_demo(options: Options, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     try:
-        return asyncio.run(_main(options, out, err))
+        replay(options, out=out, err=err)
+        return 0
     except DemoError as exc:
         print(f"gputally demo: {exc}", file=err)
         return 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -34,6 +35,10 @@ def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
+def _number(point: Any) -> float:
+    return float(point.as_double) if point.HasField("as_double") else float(point.as_int)
+
+
 def _attrs(items: Iterable[KeyValue]) -> dict[str, object]:
     return {kv.key: _value(kv.value) for kv in items}
 
@@ -56,7 +61,13 @@ class Sink:
     events: list[Event] = field(default_factory=list)
     """What the callback has been handed (it appends)."""
     owners: dict[tuple[str, str], dict[str, object]] = field(default_factory=dict)
-    """(owner kind, owner id) -> the resource attributes of its counters."""
+    """(owner kind, owner id) -> the resource attributes of its counters (the latest emit's win)."""
+    gpus: dict[str, dict[str, float]] = field(default_factory=dict)
+    """hw.id -> per-GPU usage counter (``gputally.usage.observed.time``...; ``.refused.*`` summed
+    over reasons) -> its latest value."""
+    readings: dict[str, list[float]] = field(default_factory=dict)
+    """hw.id -> the GPU's energy counter (``hw.energy``, J) in each reading the probe sent, as it
+    passed through serve: what the counters are held to."""
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -71,16 +82,26 @@ class Sink:
             owner = (str(resource.get("gputally.usage.owner.kind", "")), str(resource.get("gputally.usage.owner.id", "")))
             for sm in rm.scope_metrics:
                 for metric in sm.metrics:
+                    points = metric.sum.data_points if metric.HasField("sum") else metric.gauge.data_points
+                    hw_id = str(resource.get("hw.id", ""))
+                    if metric.name == "hw.energy" and hw_id and "process.pid" not in resource:
+                        self.readings.setdefault(hw_id, []).extend(_number(p) for p in points)
+                        continue
                     if not metric.name.startswith("gputally.usage."):
                         continue
-                    points = metric.sum.data_points if metric.HasField("sum") else metric.gauge.data_points
+                    if not owner[0] and hw_id:  # the GPU's own counters
+                        latest: dict[str, float] = {}
+                        for point in points:  # one per reason: the latest of each, summed
+                            latest[repr(sorted(_attrs(point.attributes).items()))] = _number(point)
+                        self.gpus.setdefault(hw_id, {})[metric.name] = sum(latest.values())
+                        continue
                     for point in points:
                         attrs = {**resource, **_attrs(point.attributes)}
                         key = (str(attrs.get("gputally.usage.owner.kind", owner[0])),
                                str(attrs.get("gputally.usage.owner.id", owner[1])))
-                        value = point.as_double if point.HasField("as_double") else float(point.as_int)
+                        value = _number(point)
                         self.counters[(*key, metric.name)] = value
-                        self.owners.setdefault(key, attrs)
+                        self.owners.setdefault(key, {}).update(attrs)  # metadata that came late, too
         return web.Response(content_type="application/x-protobuf", body=b"")
 
     async def _logs(self, request: web.Request) -> web.Response:

@@ -18,9 +18,9 @@ _START_S = 1_800_000_000.0
 _STEP_S = 2.0
 _PROCS = {
     448: ("0::/kubepods.slice/kubepods-pod3a5b7c9d_1e2f_4a6b_8c0d_2e4f6a8b0c1d.slice/"
-          "cri-containerd-" + "ab" * 32 + ".scope\n", 13.2, {}),
+          "cri-containerd-" + "ab" * 32 + ".scope\n", 13.2, {"HOSTNAME": "trainer-0", "NVIDIA_VISIBLE_DEVICES": "0"}),
     449: ("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod5b1d9e2a_7c4f_4e8b_9a6d_3f2e1c0b9a87.slice/"
-          "crio-" + "cd" * 32 + ".scope\n", 6.2, {}),
+          "crio-" + "cd" * 32 + ".scope\n", 6.2, {"HOSTNAME": "notebook-0", "NVIDIA_VISIBLE_DEVICES": "0"}),
     450: ("0::/system.slice/slurmstepd.scope/job_90210/step_0/user/task_0\n", 2.8,
           {"SLURM_JOB_ID": "90210", "SLURM_STEP_ID": "0"}),
 }

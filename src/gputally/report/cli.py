@@ -213,6 +213,7 @@ def _report(args: argparse.Namespace, err: TextIO) -> str:
     if args.view is None:
         built = table.build(usage.accounts, args.by)
         built.unattributed = usage.unattributed
+        built.refused = usage.refused
         return {"table": render.table_text, "csv": render.table_csv, "json": render.table_json}[args.format](built, rng)
     thresholds = workload.Thresholds(args.low_utilization, args.unused_below, args.low_memory)
     guests = [a.hw_id for a in usage.accounts if a.allocated == 0]

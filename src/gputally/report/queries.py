@@ -85,6 +85,10 @@ CURRENCY = "gputally_usage_currency"
 UNATTRIBUTED = "gputally_usage_unattributed_time_seconds_total"
 """Per GPU: busy time of processes no rule named, by ``REASON`` (no_cgroup, no_metadata)."""
 REASON = "gputally_usage_unattributed_reason"
+REFUSED = {"refused_time": "gputally_usage_refused_time_seconds_total",
+           "refused_energy": "gputally_usage_refused_energy_joules_total"}
+"""Per GPU: what its readings claimed that no GPU can have done, not booked, by ``REFUSED_REASON``."""
+REFUSED_REASON = "gputally_usage_refused_reason"
 
 RAW_WINDOW = 900.0
 """Windows this short (or shorter) with a reset are summed from raw samples (15 samples per
@@ -176,6 +180,9 @@ class Usage:
     unattributed: dict[str, float] = field(default_factory=dict)
     """Reason -> seconds of the GPUs' busy time no rule attributed (asked for the table only;
     empty when the counter is not there: a gputally from before it)."""
+    refused: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Reason -> (seconds, joules) the GPUs' readings claimed and the usage processor refused
+    (asked with ``unattributed``; empty where no GPU had a refusal)."""
 
 
 class _Counter:
@@ -260,6 +267,8 @@ def fetch(client: Prometheus, rng: Range, *, selector: Selector = Selector(), ch
     counters = {field_: _Counter(client, name, selector, labels) for field_, name in COUNTERS.items()}
     if unattributed:
         counters["unattributed"] = _Counter(client, UNATTRIBUTED, Selector(), {}, extra=REASON)
+        for field_, name in REFUSED.items():
+            counters[field_] = _Counter(client, name, Selector(), {}, extra=REFUSED_REASON)
     for counter in counters.values():
         counter.start(rng.start, lookback)
     peaks: dict[AccountKey, float] = {}
@@ -269,7 +278,7 @@ def fetch(client: Prometheus, rng: Range, *, selector: Selector = Selector(), ch
         any_sample = False
         for field_, counter in counters.items():
             sampled = counter.window(a, b)
-            any_sample = any_sample or (sampled and field_ != "unattributed")
+            any_sample = any_sample or (sampled and field_ != "unattributed" and field_ not in REFUSED)
         for sample in client.vector(f"max_over_time({PEAK}{selector.render()}[{_duration(b - a)}])", b):
             key = _account_key(sample.labels)
             peaks[key] = max(peaks.get(key, sample.value), sample.value)
@@ -279,10 +288,16 @@ def fetch(client: Prometheus, rng: Range, *, selector: Selector = Selector(), ch
             progress(done, total, b)
     accounts: dict[AccountKey, Account] = {key: Account(*key, labels=dict(values)) for key, values in labels.items()}
     why: dict[str, float] = {}
+    refused: dict[str, tuple[float, float]] = {}
     for field_, counter in counters.items():
         for counter_key, value in counter.total.items():
             if field_ == "unattributed":
                 why[counter_key[4]] = why.get(counter_key[4], 0.0) + value
+                continue
+            if field_ in REFUSED:
+                seconds, joules = refused.get(counter_key[4], (0.0, 0.0))
+                refused[counter_key[4]] = (seconds + value, joules) if field_ == "refused_time" else (seconds,
+                                                                                                      joules + value)
                 continue
             account = accounts.get(counter_key[:4])
             if account is None:
@@ -296,7 +311,7 @@ def fetch(client: Prometheus, rng: Range, *, selector: Selector = Selector(), ch
         if key in accounts:
             accounts[key].peak_memory = peak
     ordered = sorted(accounts.values(), key=lambda acc: (acc.kind, acc.owner, acc.hw_id, acc.instance))
-    return Usage(rng, ordered, seen, why)
+    return Usage(rng, ordered, seen, why, refused)
 
 
 def first_and_last_seen(client: Prometheus, selector: Selector, usage: Usage) -> tuple[float, float] | None:

@@ -106,7 +106,8 @@ def table_text(table: Table, rng: Range) -> str:
         "busy time to whoever computed: a holder that did more than its share goes past 100%."]
     return "\n".join([_header(f"GPU usage by {table.by}", rng),
                       _UNITS.format(" and ".join(table.currencies) or "-"), "", lines[0], *lines[1:-1], rule,
-                      lines[-1], *shared, *_unattributed_text(table, hours)]) + "\n"
+                      lines[-1], *shared, *_unattributed_text(table, hours),
+                      *_refused_text(table, hours, kwh)]) + "\n"
 
 
 _REASONS = {"no_cgroup": "no cgroup", "no_metadata": "no metadata"}
@@ -124,6 +125,22 @@ def _unattributed_text(table: Table, hours: int) -> list[str]:
                     if v > 0)
     return ["", f"unattributed work: {_number(busy / 3600, hours)} GPU-h busy, {_percent(share)} of all busy time",
             f"  {why} (may be the GPUs' owners' own work)"]
+
+
+def _refused_text(table: Table, hours: int, kwh: int) -> list[str]:
+    """The lines under the table: what the GPUs' readings claimed that no GPU can have done (the
+    usage processor refused it: it is in no figure above), and why, one reason a line."""
+    if not table.refused:
+        return []
+    seconds = sum(t for t, _ in table.refused.values())
+    joules = sum(e for _, e in table.refused.values())
+    lines = ["", f"refused as impossible (in no figure above): {_number(seconds / 3600, hours)} GPU-h busy, "
+                 f"{_number(joules / 3.6e6, kwh)} kWh"]
+    for reason, (t, e) in sorted(table.refused.items()):
+        parts = [f"{_number(t / 3600, hours)} GPU-h busy"] if t > 0 else []
+        parts += [f"{_number(e / 3.6e6, kwh)} kWh"] if e > 0 else []
+        lines.append(f"  {reason.replace('_', ' ')}: {', '.join(parts) or 'seen, nothing refused'}")
+    return lines
 
 
 def _figures_json(f: Figures) -> dict[str, Any]:
@@ -145,6 +162,9 @@ def table_json(table: Table, rng: Range) -> str:
             "share_of_busy": busy / table.total.busy if table.total.busy > 0 else None,
             "by_reason_gpu_hours": {r: v / 3600 for r, v in sorted(table.unattributed.items())},
         }
+    if table.refused:
+        body["refused"] = {r: {"busy_gpu_hours": t / 3600, "energy_kwh": e / 3.6e6}
+                           for r, (t, e) in sorted(table.refused.items())}
     return json.dumps(body, indent=2) + "\n"
 
 

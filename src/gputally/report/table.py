@@ -100,6 +100,8 @@ class Table:
     currencies: list[str]
     unattributed: dict[str, float] = field(default_factory=dict)
     """Reason -> seconds of the GPUs' busy time that no rule attributed (`queries.Usage`)."""
+    refused: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Reason -> (seconds, joules) refused as impossible, not booked (`queries.Usage`)."""
 
 
 def _row_of(account: Account, by: str) -> tuple[str, dict[str, str | None], bool]:
