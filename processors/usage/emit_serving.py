@@ -7,6 +7,7 @@
 | ``gputally.usage.model.busy.time`` | s | the same | its busy time |
 | ``gputally.usage.model.energy`` | J | the same | its energy |
 | ``gputally.usage.model.cost`` | {cost} | the same | allocated hours x price + kWh x energy price (``gputally.usage.currency``) |
+| ``gputally.usage.model.busy.cost`` | {cost} | the same | busy hours x price + kWh x energy price: the cost on the busy basis |
 
 Resources carry the owner's attributes, ``gen_ai.request.model``, ``gputally.inference.engine``,
 ``hw.model`` (of the engine's GPUs, for tokens), ``host.name``, ``service.instance.id``; the
@@ -98,7 +99,8 @@ class ServingEmitter:
             attributes = dict(ledger.resource_of(owner, device))
             attributes.update({MODEL: model, ENGINE: engine})
             for scope in scopes(("model", key), tuple(sorted(attributes.items()))):
-                _model(scope, booked, now_ns, currency, _cost(ledger, device, booked))
+                _model(scope, booked, now_ns, currency, _cost(ledger, device, booked.allocated, booked.energy),
+                       _cost(ledger, device, booked.busy, booked.energy))
             booked.announced = True
         if request.resource_metrics:
             out.append(request)
@@ -114,9 +116,10 @@ def _gpu_model(ledger: Ledger, account: TokenAccount) -> str:
     return ""
 
 
-def _cost(ledger: Ledger, device: Any, booked: ModelAccount) -> float:
-    """As the owner's cost on the GPU (`Ledger.cost`): linear, so the models' add up to it."""
-    return booked.allocated / 3600 * ledger.price(device) + booked.energy / 3.6e6 * ledger.config.energy_price_per_kwh
+def _cost(ledger: Ledger, device: Any, seconds: float, energy: float) -> float:
+    """As the owner's cost on the GPU (`Ledger.cost`), of ``seconds`` of GPU time: linear, so
+    the models' allocated-basis costs add up to the owner's."""
+    return seconds / 3600 * ledger.price(device) + energy / 3.6e6 * ledger.config.energy_price_per_kwh
 
 
 def _tokens(scope: Any, account: TokenAccount, now_ns: int) -> None:
@@ -132,10 +135,11 @@ def _tokens(scope: Any, account: TokenAccount, now_ns: int) -> None:
         set_attributes(point.attributes, [(TOKEN_TYPE, "input" if i < half else "output")])
 
 
-def _model(scope: Any, booked: ModelAccount, now_ns: int, currency: str, cost: float) -> None:
+def _model(scope: Any, booked: ModelAccount, now_ns: int, currency: str, cost: float, busy_cost: float) -> None:
     start, zero = booked.start_ns, not booked.announced
     for name, unit, field in _MODEL_COUNTERS:
         _sum(scope, name, unit, start, now_ns, getattr(booked, field), zero=zero)
-    metric = _sum(scope, "gputally.usage.model.cost", "{cost}", start, now_ns, cost, zero=zero)
-    for point in metric.sum.data_points:
-        set_attributes(point.attributes, [(CURRENCY, currency)])
+    for name, value in (("gputally.usage.model.cost", cost), ("gputally.usage.model.busy.cost", busy_cost)):
+        metric = _sum(scope, name, "{cost}", start, now_ns, value, zero=zero)
+        for point in metric.sum.data_points:
+            set_attributes(point.attributes, [(CURRENCY, currency)])

@@ -230,6 +230,10 @@ _FAMILIES: tuple[tuple[str, type[GaugeMetricFamily] | type[CounterMetricFamily],
      "Requests read for usage: through a cached layout (numbers at known offsets), or the general way "
      "(a parse; a new or changing request shape, or no room left for layouts).", ("way",)),
     ("layout_bytes", GaugeMetricFamily, "Bytes held by cached request layouts.", ()),
+    ("engines", GaugeMetricFamily, "Inference engine endpoints whose series are kept.", ()),
+    ("engine_resets", CounterMetricFamily, "Engine counter series that reset (an engine restart).", ()),
+    ("engine_readings_ignored", CounterMetricFamily,
+     "Engine readings not integrated: late (the endpoint was integrated past them, or duplicates).", ("reason",)),
 )
 
 
@@ -262,6 +266,9 @@ def _samples(runtime: UsageRuntime) -> Iterator[tuple[str, tuple[str, ...], floa
     yield "requests_read", ("layout",), layouts.hits
     yield "requests_read", ("general",), layouts.requests - layouts.hits
     yield "layout_bytes", (), layouts.held
+    yield "engines", (), len(ledger.serving.engines)
+    yield "engine_resets", (), ledger.serving.resets
+    yield "engine_readings_ignored", ("late",), ledger.serving.late
 
 
 class _Share:

@@ -41,6 +41,9 @@ class Engine:
     """(model, token type) -> cumulative value."""
     busy: dict[str, float] = field(default_factory=dict)
     """model -> cumulative busy seconds."""
+    requests: int = 0
+    """Finished requests so far: the latency histograms' counts grow with it."""
+    waiting: int = 0
 
     def resource(self, time_ns: int, *, histograms: bool = True) -> metrics_pb2.ResourceMetrics:
         """The engine's resource with its counters at ``time_ns`` (and gauges and a histogram that
@@ -62,18 +65,25 @@ class Engine:
                 metric.sum.data_points.add(start_time_unix_nano=self.start_ns, time_unix_nano=time_ns, as_double=value,
                                            attributes=kvs({"gen_ai.request.model": model}))
         models = sorted({m for m, _ in self.tokens} | set(self.busy))
-        gauge = scope.metrics.add(name="gputally.inference.kv_cache.usage", unit="1")
-        for model in models:
-            gauge.gauge.data_points.add(time_unix_nano=time_ns, as_double=0.25,
-                                        attributes=kvs({"gen_ai.request.model": model}))
-        if histograms:
-            histogram = scope.metrics.add(name="gen_ai.server.time_to_first_token", unit="s")
-            histogram.histogram.aggregation_temporality = CUMULATIVE
+        for name, unit, value in (("gputally.inference.kv_cache.usage", "1", 0.25 + 0.05 * (self.waiting % 10)),
+                                  ("gputally.inference.requests.waiting", "{request}", float(self.waiting)),
+                                  ("gputally.inference.requests.running", "{request}", 4.0)):
+            gauge = scope.metrics.add(name=name, unit=unit)
             for model in models:
-                histogram.histogram.data_points.add(
-                    start_time_unix_nano=self.start_ns, time_unix_nano=time_ns, count=3, sum=0.3,
-                    bucket_counts=[1, 2, 0], explicit_bounds=[0.05, 0.5],
-                    attributes=kvs({"gen_ai.request.model": model}))
+                gauge.gauge.data_points.add(time_unix_nano=time_ns, as_double=value,
+                                            attributes=kvs({"gen_ai.request.model": model}))
+        if histograms:
+            n = self.requests
+            for name, bounds, scale in (("gen_ai.server.time_to_first_token", [0.05, 0.1, 0.5, 1.0], 0.1),
+                                        ("gen_ai.server.time_per_output_token", [0.01, 0.025, 0.05, 0.1], 0.02)):
+                histogram = scope.metrics.add(name=name, unit="s")
+                histogram.histogram.aggregation_temporality = CUMULATIVE
+                for model in models:
+                    counts = [n, 3 * n, 4 * n, n, 0]
+                    histogram.histogram.data_points.add(
+                        start_time_unix_nano=self.start_ns, time_unix_nano=time_ns, count=sum(counts),
+                        sum=scale * sum(counts), bucket_counts=counts, explicit_bounds=bounds,
+                        attributes=kvs({"gen_ai.request.model": model}))
         up = scope.metrics.add(name="gputally.inference.up", unit="1")
         up.gauge.data_points.add(time_unix_nano=time_ns, as_int=1)
         return rm
@@ -119,6 +129,7 @@ MODEL_COUNTERS = {
     "gputally.usage.model.busy.time": "busy",
     "gputally.usage.model.energy": "energy",
     "gputally.usage.model.cost": "cost",
+    "gputally.usage.model.busy.cost": "busy_cost",
 }
 
 

@@ -53,6 +53,7 @@ def served(requests: list[Any], engines: list[Engine], busy: dict[str, BusyStep]
     out = []
     for n, request in enumerate(requests):
         for e in engines:
+            e.requests, e.waiting = e.requests + 5, n
             for model in ([*(busy[e.name](n) if busy and e.name in busy else {})] or [f"{e.name}-model"]):
                 for token_type in ("input", "output"):
                     e.tokens[(model, token_type)] = e.tokens.get((model, token_type), 0) + 100 * n
@@ -78,6 +79,7 @@ def reference(series: list[Reading], *, owner_of: Callable[[int], str], holders:
                 row[name] += increase[name] * share
     for row in out.values():
         row["cost"] = row["allocated"] / 3600 * PRICE + row["energy"] / 3.6e6 * ENERGY_PRICE
+        row["busy_cost"] = row["busy"] / 3600 * PRICE + row["energy"] / 3.6e6 * ENERGY_PRICE
     return out
 
 

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from prometheus_client import CollectorRegistry
 
 from gputally.otlp.batch import Batch, Signal
 from gputally.pipeline.component import ComponentContext
+from gputally.processors.usage.processor import UsageCollector
 import gputally.processors.usage as usage
 from gputally.telemetry import SelfTelemetry
 from tests.processors.usage.engines import Engine, engine_request, tokens_of
@@ -110,6 +112,9 @@ def test_an_engine_restart_loses_nothing_and_counts_nothing_twice() -> None:
     _one(rt, engine, t0 + 60 * S, 20)  # and once more with the same start time: only the value is lower
     assert tokens_of(emitted(rt)) == {("uid-a", "llama", "vllm", "output"): 250 + 90 + 300 + 20}
     assert rt.ledger.serving.resets == 3
+    registry = CollectorRegistry()
+    registry.register(UsageCollector({"usage": rt}))
+    assert registry.get_sample_value("gputally_usage_engine_resets_total", {"processor": "usage"}) == 3
 
 
 def test_duplicates_and_late_requests_change_nothing() -> None:
@@ -126,6 +131,11 @@ def test_duplicates_and_late_requests_change_nothing() -> None:
         again.observe(raw)
     assert tokens_of(emitted(again)) == expect
     assert again.ledger.serving.late == 3 * (len(sent) + 3)  # one per engine resource
+    registry = CollectorRegistry()
+    registry.register(UsageCollector({"usage": again}))
+    assert registry.get_sample_value("gputally_usage_engine_readings_ignored_total",
+                                     {"processor": "usage", "reason": "late"}) == 3 * (len(sent) + 3)
+    assert registry.get_sample_value("gputally_usage_engines", {"processor": "usage"}) == 3
 
     # Out of order within `settle`: held, then integrated in time order.
     held = runtime(clock, settle=5)
