@@ -90,15 +90,15 @@ class ServingEmitter:
                 _tokens(scope, account, now_ns)
             account.announced = True
         currency = ledger.config.currency
-        for key in sorted(ledger.models.accounts, key=lambda k: (k[0].kind, k[0].id, k[1], k[2], k[3])):
-            owner, model, engine, hw_id = key
+        for booked_key in sorted(ledger.models.accounts, key=lambda k: (k[0].kind, k[0].id, k[1], k[2], k[3])):
+            owner, model, engine, hw_id = booked_key
             device = ledger.devices.get(hw_id)
             if device is None:
                 continue
-            booked = ledger.models.accounts[key]
+            booked = ledger.models.accounts[booked_key]
             attributes = dict(ledger.resource_of(owner, device))
             attributes.update({MODEL: model, ENGINE: engine})
-            for scope in scopes(("model", key), tuple(sorted(attributes.items()))):
+            for scope in scopes(("model", booked_key), tuple(sorted(attributes.items()))):
                 _model(scope, booked, now_ns, currency, _cost(ledger, device, booked.allocated, booked.energy),
                        _cost(ledger, device, booked.busy, booked.energy))
             booked.announced = True

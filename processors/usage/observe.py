@@ -194,10 +194,9 @@ class Observer:
             decision = self._decide(entry.resource)
             if decision is None:
                 continue
-            if decision.__class__ is EngineDecision:
-                self._engine(decision, entry)  # type: ignore[arg-type]
+            if isinstance(decision, EngineDecision):
+                self._engine(decision, entry)
                 continue
-            assert isinstance(decision, _Decision)
             table = _table(decision)
             values: dict[int, dict[str, tuple[int, float]]] = {}
             for scope in entry.scope_metrics:
@@ -289,7 +288,7 @@ class Observer:
         layout.plan = (_plan(gpus), gpus, served)
         return layout
 
-    def _decide(self, raw: bytes) -> _Decision | None:
+    def _decide(self, raw: bytes) -> _Decision | EngineDecision | None:
         try:
             return self._decisions[raw]
         except KeyError:
@@ -350,7 +349,8 @@ def _tagged(decision: Any, name: str, point: bytes) -> engines.Tag | None:
     point's bytes read through the usage schema, as the general way reads them."""
     if decision.__class__ is not EngineDecision:
         return None
-    return engines.tag_of(engines.ENGINE_METRICS[name][0], _POINT_CLASS.FromString(point).attributes)
+    parsed: Any = _POINT_CLASS.FromString(point)
+    return engines.tag_of(engines.ENGINE_METRICS[name][0], parsed.attributes)
 
 
 def _plan(entries: tuple[tuple[Any, tuple[Slot, ...]], ...]) -> tuple[Any, ...]:
