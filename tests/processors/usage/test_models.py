@@ -207,3 +207,25 @@ def test_an_engine_that_went_silent_stops_taking_a_share(requests: list[Any]) ->
     (row,) = models_of(out).values()
     assert math.isclose(row["allocated"], within[0] / 1e9)
     assert counters_of(out)["uid-s"]["allocated"] > 8 * row["allocated"]
+
+
+def test_a_restart_with_storage_continues_the_model_accounts(requests: list[Any], tmp_path: Any) -> None:
+    def sent() -> list[Any]:
+        engines = [engine("vllm", TRAINER_PID, SERVER, 8000), engine("sglang", NOTEBOOK_PID, SERVER, 30000)]
+        return served(one_pod(requests), engines)
+
+    whole = runtime(end_after=3600)
+    feed(whole, sent())
+    want = models_of(emitted(whole))
+
+    cycles = sent()
+    first = runtime(end_after=3600, storage=tmp_path)
+    asyncio.run(first.acquire())
+    feed(first, cycles[:5])
+    emitted(first)
+    asyncio.run(first.release())
+    again = runtime(end_after=3600, storage=tmp_path)
+    asyncio.run(again.acquire())
+    feed(again, cycles[3:])  # the sender retries two cycles already counted
+    got = models_of(emitted(again))
+    check(got, want)

@@ -144,6 +144,22 @@ def test_duplicates_and_late_requests_change_nothing() -> None:
     clock.advance(10)
     assert tokens_of(emitted(held)) == expect
 
+    # A later cycle settles first (it arrived first); the earlier one, due after it, is late.
+    own = FakeClock()  # counting from the same start as `once`
+    staggered = runtime(own, settle=5)
+    for raw in sent[:3]:
+        staggered.observe(raw)
+    staggered.observe(sent[4])
+    own.advance(3)
+    staggered.observe(sent[3])
+    own.advance(3)
+    staggered.account()  # sent[4] is due, sent[3] not yet
+    own.advance(3)
+    staggered.observe(sent[5])
+    own.advance(10)
+    assert tokens_of(emitted(staggered)) == expect
+    assert staggered.ledger.serving.late == 3  # sent[3]'s three engines
+
 
 def test_a_series_counts_in_full_only_when_it_started_after_the_counters() -> None:
     """An engine that was counting before gputally began: its first value is a base (those
