@@ -136,7 +136,7 @@ class Ledger:
         self.evicted = 0
         self.watermark = 0
         """Newest sample time integrated on any GPU (ends owners not seen for ``end_after``)."""
-        self.serving = Serving(settle=config.settle, start_ns=start_ns)
+        self.serving = Serving(settle=config.settle, start_ns=start_ns, max_engines=config.max_owners)
         """Inference engines: their series and tokens (`tokens`)."""
         self.models = Models(self.serving, max_gap=config.max_gap)
         """The owners' GPU time per served model (`models`)."""
@@ -182,7 +182,7 @@ class Ledger:
         limit = now - self.config.settle
         devices = self.devices
         serving = self.serving.by_gpu
-        if self.serving._pending:  # engines first: a GPU interval splits by what they said lately
+        if self.serving.pending:  # engines first: a GPU interval splits by what they said lately
             self.watermark = max(self.watermark, self.serving.settle(now, everything=everything, see=self._see_all))
         for hw_id in list(self._pending):
             state = devices[hw_id]

@@ -49,7 +49,7 @@ def restore(ledger: Ledger, state: Any, *, start_ns: int) -> tuple[Serving, Mode
     """The ledger's serving part from `saved`'s output (None: a file from before engines), for
     counters that began at ``start_ns``. Raises ValueError, KeyError, TypeError or IndexError
     on a file that is not that."""
-    serving = Serving(settle=ledger.config.settle, start_ns=start_ns)
+    serving = Serving(settle=ledger.config.settle, start_ns=start_ns, max_engines=ledger.config.max_owners)
     models = Models(serving, max_gap=ledger.config.max_gap)
     if state is None:
         return serving, models

@@ -89,8 +89,10 @@ class TokenAccount:
 class Serving:
     """Every engine's series, and the token accounts they feed."""
 
-    def __init__(self, *, settle: float, start_ns: int) -> None:
+    def __init__(self, *, settle: float, start_ns: int, max_engines: int = 100_000) -> None:
         self.settle_s = settle
+        self.max_engines = max_engines
+        """Beyond it the longest-unseen engine is forgotten (as if a day had passed)."""
         self.start_ns = start_ns
         """When the ledger's counters began: a new series that started later counts in full."""
         self.forgotten_ns = 0
@@ -101,7 +103,13 @@ class Serving:
         self.tokens: dict[TokenKey, TokenAccount] = {}
         self.late = 0
         self.resets = 0
+        self.evicted = 0
         self._pending: set[tuple[tuple[str, Value], ...]] = set()
+
+    @property
+    def pending(self) -> bool:
+        """Whether readings wait to be settled."""
+        return bool(self._pending)
 
     # -- intake ----------------------------------------------------------------------------
 
@@ -111,6 +119,8 @@ class Serving:
             key = reading.decision.key
             engine = self.engines.get(key)
             if engine is None:
+                if len(self.engines) >= self.max_engines:
+                    self._forget_oldest()
                 engine = self.engines[key] = Engine(reading.decision)
             if engine.last_ns is not None and reading.time_ns <= engine.last_ns:
                 self.late += 1
@@ -220,7 +230,16 @@ class Serving:
         for key, engine in list(self.engines.items()):
             if engine.pending or engine.last_ns is None or engine.last_ns >= cutoff:
                 continue
-            self.forgotten_ns = max(self.forgotten_ns, engine.last_ns)
-            for hw_id in engine.decision.gpus:
-                self._unlist(hw_id, key)
-            del self.engines[key]
+            self._forget(key, engine)
+
+    def _forget(self, key: Any, engine: Engine) -> None:
+        self.forgotten_ns = max(self.forgotten_ns, engine.last_ns or 0)
+        for hw_id in engine.decision.gpus:
+            self._unlist(hw_id, key)
+        self._pending.discard(key)
+        del self.engines[key]
+
+    def _forget_oldest(self) -> None:
+        key = min(self.engines, key=lambda k: self.engines[k].last_ns or 0)
+        self._forget(key, self.engines[key])
+        self.evicted += 1

@@ -236,3 +236,20 @@ def _starts(request: ExportMetricsServiceRequest) -> dict[Any, int]:
     return {tuple(sorted((kv.key, str(kv.value)) for kv in rm.resource.attributes)):
             rm.scope_metrics[0].metrics[0].sum.data_points[0].start_time_unix_nano
             for rm in request.resource_metrics if rm.scope_metrics[0].metrics[0].name == "gputally.usage.tokens"}
+
+
+def test_engines_beyond_max_owners_forget_the_longest_unseen() -> None:
+    """A flood of endpoints (a port that changes every cycle) holds at most ``max_owners``
+    engines; the one forgotten, seen again, is a base again (never counted twice)."""
+    clock = FakeClock()
+    rt = runtime(clock, max_owners=3)
+    t0 = clock.wall
+    first = Engine("vllm", POD_A, t0 + S)
+    _one(rt, first, t0 + 10 * S, 100)
+    for port in range(4):
+        _one(rt, Engine("tgi", {**POD_B, "server.port": 9000 + port}, t0 + S), t0 + (20 + port) * S, 5)
+    assert len(rt.ledger.serving.engines) == 3 and rt.ledger.serving.evicted == 2
+    _one(rt, first, t0 + 40 * S, 130)  # forgotten: 130 is its new base
+    _one(rt, first, t0 + 50 * S, 150)
+    got = tokens_of(emitted(rt))
+    assert got[("uid-a", "llama", "vllm", "output")] == 100 + 20
