@@ -28,6 +28,7 @@ from gputally.pipeline.component import ComponentContext, CountedRuntime, Runtim
 
 from .config import UsageConfig
 from .emit import MetricsEmitter, logs_request
+from .emit_serving import ServingEmitter
 from .ledger import Event, Ledger
 from .observe import Observer
 from .owners import OwnerRules
@@ -39,7 +40,9 @@ __all__ = ["UsageProcessor", "UsageRuntime", "create"]
 log = logging.getLogger(__name__)
 
 _NEEDLE = b"hw.id"
-"""Every GPU and GPU-process resource carries it; a request without these bytes has nothing to account."""
+"""Every GPU and GPU-process resource carries it; a request without these bytes has nothing
+to account but engines (`_ENGINE_NEEDLE`)."""
+_ENGINE_NEEDLE = b"gputally.inference.engine"
 _MAX_EVENTS = 10_000
 _SAVE_DEADLINE = 10.0
 """Seconds a save of the state file may take before the processor reports itself degraded
@@ -83,6 +86,7 @@ class UsageRuntime(CountedRuntime):
         self.sends_events = False
         """True when an instance runs in a logs pipeline; else events are counted and dropped."""
         self._emitter = MetricsEmitter()
+        self._serving = ServingEmitter()
         self._outgoing: list[Batch] = []
         """The rest of the last emit, one request each, handed on by the following flushes."""
         self._last_emit = monotonic()
@@ -104,7 +108,7 @@ class UsageRuntime(CountedRuntime):
         """Read the saved counters in a thread; a disk that does not answer within the deadline
         fails the start (counting anew would overwrite what it holds at the first save)."""
         try:
-            restored = await asyncio.wait_for(asyncio.to_thread(file.read), self.load_deadline)
+            restored = await asyncio.wait_for(asyncio.to_thread(file.read, self.config), self.load_deadline)
         except TimeoutError:
             raise GputallyError(f"{self.name}: usage state {file.path} not read within "
                                 f"{self.load_deadline:.0f} s") from None
@@ -148,6 +152,7 @@ class UsageRuntime(CountedRuntime):
         at_once = not self.config.settle
         for raw, arrived in queue:
             ledger.add_all(observe(raw), arrived=arrived)
+            ledger.add_engines(self.observer.take_engines(), arrived=arrived)
             if at_once:  # nothing is held: integrated now, a request's samples never pile up as garbage to trace
                 ledger.settle(arrived)
         ledger.settle(self.monotonic())
@@ -165,7 +170,9 @@ class UsageRuntime(CountedRuntime):
             return self._outgoing.pop(0) if self._outgoing else None
         self._last_emit = now
         ledger.settle(now, everything=final)
-        requests = self._emitter.requests(ledger, self.wall_ns())
+        now_ns = self.wall_ns()
+        requests = self._emitter.requests(ledger, now_ns)
+        self._serving.fill(ledger, now_ns, requests)
         ledger.end_owners()  # after the emit: an ended owner's last counters went out above
         self._collect_events()
         self.save()
@@ -219,7 +226,7 @@ class UsageProcessor(RuntimeProcessor[UsageRuntime]):
     async def process(self, batch: Batch) -> Batch | None:
         if self.signal is Signal.METRICS:
             raw = batch.serialize()
-            if _NEEDLE in raw:
+            if _NEEDLE in raw or _ENGINE_NEEDLE in raw:
                 self.runtime.observe(raw)
         return batch
 
@@ -255,6 +262,10 @@ _FAMILIES: tuple[tuple[str, type[GaugeMetricFamily] | type[CounterMetricFamily],
      "Saves of the state file (storage), by outcome: saved, or failed (the processor is degraded until one succeeds).",
      ("outcome",)),
     ("state_save_seconds", GaugeMetricFamily, "How long the last save of the state file took.", ()),
+    ("engines", GaugeMetricFamily, "Inference engine endpoints whose series are kept.", ()),
+    ("engine_resets", CounterMetricFamily, "Engine counter series that reset (an engine restart).", ()),
+    ("engine_readings_ignored", CounterMetricFamily,
+     "Engine readings not integrated: late (the endpoint was integrated past them, or duplicates).", ("reason",)),
 )
 
 
@@ -293,6 +304,9 @@ def _samples(runtime: UsageRuntime) -> Iterator[tuple[str, tuple[str, ...], floa
         yield "state_saves", ("saved",), runtime.saver.saved
         yield "state_saves", ("failed",), runtime.saver.failed
         yield "state_save_seconds", (), runtime.saver.last_seconds
+    yield "engines", (), len(ledger.serving.engines)
+    yield "engine_resets", (), ledger.serving.resets
+    yield "engine_readings_ignored", ("late",), ledger.serving.late
 
 
 class _Share:

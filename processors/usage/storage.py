@@ -18,9 +18,13 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from .config import UsageConfig
 from .ledger import Account, Device, Ledger, OwnerState
 from .owners import Owner, owner
 from .plausible import Refused
+from .models import Models
+from .storage_serving import restore, saved
+from .tokens import Serving
 
 __all__ = ["LedgerFile", "Restored"]
 
@@ -68,6 +72,7 @@ class LedgerFile:
                                 "gpus": sorted(s.gpus)}]
                 for o, s in ledger.owners.items()
             ],
+            "serving": saved(ledger),
         }
 
     def write(self, state: dict[str, Any]) -> None:
@@ -80,7 +85,7 @@ class LedgerFile:
             os.fsync(out.fileno())
         os.replace(partial, self.path)
 
-    def read(self) -> Restored | None:
+    def read(self, config: UsageConfig) -> Restored | None:
         """What the file holds, or None when there is none (blocking: in a worker thread). A
         file that cannot be read is set aside (``.corrupt``) with one error line, and counting
         starts anew."""
@@ -113,13 +118,15 @@ class LedgerFile:
                 )
                 for entry in state["owners"]
             }
+            serving, models = restore(config, state.get("serving"), start_ns=int(state["start_ns"]))
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             aside = self.path.with_suffix(".json.corrupt")
             os.replace(self.path, aside)
             log.error("usage state %s cannot be read (%s); moved to %s, counting starts anew", self.path, exc, aside)
             return None
         return Restored(start_ns=int(state["start_ns"]), instance=state.get("instance") or None,
-                        watermark=int(state.get("watermark", 0)), devices=devices, owners=owners)
+                        watermark=int(state.get("watermark", 0)), devices=devices, owners=owners,
+                        serving=serving, models=models)
 
 
 @dataclass
@@ -131,9 +138,12 @@ class Restored:
     watermark: int
     devices: dict[str, Device]
     owners: dict[Owner, OwnerState]
+    serving: Serving
+    models: Models
 
     def into(self, ledger: Ledger) -> None:
         ledger.start_ns = self.start_ns
         ledger.instance = str(self.instance or ledger.instance)
         ledger.watermark = self.watermark
         ledger.devices, ledger.owners = self.devices, self.owners
+        ledger.serving, ledger.models = self.serving, self.models

@@ -164,7 +164,7 @@ async def test_a_state_file_that_cannot_be_read_in_time_fails_the_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     gate = threading.Event()
-    monkeypatch.setattr(LedgerFile, "read", lambda file: gate.wait(5) and None)
+    monkeypatch.setattr(LedgerFile, "read", lambda file, config: gate.wait(5) and None)
     rt = deadlined(tmp_path, load_deadline=0.2)
     started = time.monotonic()
     try:
