@@ -13,8 +13,9 @@ from typing import Any
 
 __all__ = ["Cycle", "Entity", "Kind", "LogEntry", "MetricDef", "Point", "Severity"]
 
-AttrValue = str | int | float | bool | tuple[str, ...]
-"""A tuple is an array of strings (the PodResources holders hint); OTLP encodes it as an array."""
+AttrValue = str | int | float | bool | tuple[str, ...] | tuple[int, ...]
+"""A tuple is an array (the PodResources holders hint, an engine's GPUs and their pids); OTLP
+encodes it as an array."""
 Attributes = tuple[tuple[str, AttrValue], ...]
 
 
@@ -52,9 +53,10 @@ class Entity:
     """One thing the points describe: a GPU, a MIG device or a GPU process (one OTLP Resource)."""
 
     key: str
-    """Stable identity within the probe: ``gpu/<uuid>``, ``mig/<uuid>``, ``process/<uuid>/<pid>``."""
+    """Stable identity within the probe: ``gpu/<uuid>``, ``mig/<uuid>``, ``process/<uuid>/<pid>``,
+    ``engine/<container>/<host>:<port><path>/<pid>/<start>``."""
     kind: str
-    """``gpu``, ``mig`` or ``process``."""
+    """``gpu``, ``mig``, ``process`` or ``engine`` (an inference engine's endpoint)."""
     attributes: dict[str, AttrValue]
     points: list[Point] = field(default_factory=list)
     label: str = ""
@@ -98,3 +100,6 @@ class Cycle:
 
     def processes(self) -> list[Entity]:
         return [e for e in self.entities if e.kind == "process"]
+
+    def engines(self) -> list[Entity]:
+        return [e for e in self.entities if e.kind == "engine"]
