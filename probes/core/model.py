@@ -25,6 +25,9 @@ class Kind(enum.Enum):
     """Cumulative monotonic Sum with a start time."""
     UPDOWN = "updowncounter"
     """Cumulative non-monotonic Sum (semconv UpDownCounter: memory usage and limit, status)."""
+    HISTOGRAM = "histogram"
+    """Cumulative explicit-bucket histogram (inference engines' latencies); its points are
+    :class:`~gputally.probes.engines.model.HistogramPoint` s, never :class:`Point` s."""
 
 
 @dataclass(frozen=True)
