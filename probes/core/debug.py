@@ -125,6 +125,11 @@ def _engine_lines(entity: Entity, cycle_ns: int | None = None) -> Iterable[str]:
         yield f"  {key} = {_text(a[key])}"
     yield "  metrics:"
     yield from _points(entity, cycle_ns)
+    for histogram in entity.histograms:
+        attrs = ",".join(f"{k}={v}" for k, v in histogram.attributes)
+        name = f"{histogram.metric.name}{{{attrs}}}" if attrs else histogram.metric.name
+        mean = f", mean {histogram.sum / histogram.count:.4g} {histogram.metric.unit}" if histogram.count else ""
+        yield f"    {name:<62} {histogram.count} observed{mean} ({len(histogram.bounds) + 1} buckets)"
 
 
 _ENGINE_SHOWN = frozenset({"gputally.inference.gpu.ids", "gputally.inference.gpu.pids", "process.pid",

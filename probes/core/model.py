@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gputally.probes.engines.model import HistogramPoint
 
 __all__ = ["Cycle", "Entity", "Kind", "LogEntry", "MetricDef", "Point", "Severity"]
 
@@ -64,6 +67,8 @@ class Entity:
     points: list[Point] = field(default_factory=list)
     label: str = ""
     """Short human name for the debug dump."""
+    histograms: list[HistogramPoint] = field(default_factory=list)
+    """Explicit-bucket histograms (an inference engine's latencies); other entities have none."""
 
 
 class Severity(enum.IntEnum):

@@ -26,23 +26,21 @@ from gputally.logthrottle import LogThrottle
 from gputally.probes.core.collector import Collector
 from gputally.probes.core.counters import CounterStarts
 from gputally.probes.core.hints import process_attributes
-from gputally.probes.core.model import AttrValue, Cycle, Entity, Kind, MetricDef, Point
+from gputally.probes.core.model import AttrValue, Cycle, Entity, Point
 from gputally.probes.core.procfacts import ProcessInfoSource
+from gputally.probes.engines.catalog import UP
 from gputally.probes.engines.discover import Container, Discovery
 from gputally.probes.engines.model import Connect, Endpoint, EngineReading
 from gputally.probes.engines.netns import connect_for
 from gputally.probes.engines.options import ExplicitEndpoint
 from gputally.util.once import Once
 
-__all__ = ["UP", "EngineCollector", "EngineReads", "Read"]
+__all__ = ["EngineCollector", "EngineReads", "Read"]
 
 log = logging.getLogger(__name__)
 
 Read = Callable[[Endpoint, Connect], Awaitable[EngineReading]]
 """One read of one endpoint through ``connect``; raises when it gives no reading."""
-
-UP = MetricDef("gputally.inference.up", "1", Kind.GAUGE,
-               "1: this cycle's read of the engine succeeded; 0: it failed")
 
 _BACKOFF_FIRST_S = 30.0
 _BACKOFF_MOST_S = 900.0
@@ -310,9 +308,11 @@ class EngineReads:
                 attributes["gputally.inference.gpu.ids"] = gpu_ids
                 attributes["gputally.inference.gpu.pids"] = gpu_pids
         points: list[Point] = []
+        histograms = []
         if isinstance(outcome, EngineReading):
             attributes.update(outcome.attributes)
             points = list(outcome.points)
+            histograms = list(outcome.histograms)
             if not any(p.metric.name == UP.name for p in points):
                 points.append(Point(UP, 1))
         else:
@@ -320,7 +320,7 @@ class EngineReads:
         where = target.container or "explicit"
         started = attributes.get("process.creation.time", "")
         key = f"engine/{where}/{endpoint.host}:{endpoint.port}{endpoint.path}/{endpoint.pid or ''}/{started}"
-        return Entity(key=key, kind="engine", attributes=attributes, points=points,
+        return Entity(key=key, kind="engine", attributes=attributes, points=points, histograms=histograms,
                       label=target.label() + ("" if ok else " (no reading)"))
 
 
