@@ -35,6 +35,7 @@ vllm:num_requests_running{engine="0",model_name="tiny"} 1.0
 """
 TOKENS = MetricDef("gputally.inference.tokens", "{token}", Kind.COUNTER, "tokens")
 RUNNING = MetricDef("gputally.inference.requests.running", "{request}", Kind.GAUGE, "running")
+MEMORY = MetricDef("hw.gpu.memory.usage", "By", Kind.UPDOWN, "memory")
 
 
 class NotAnEngine(Exception):
@@ -112,11 +113,12 @@ def cgroup_of(pid: int) -> str:
 def process_entity(pid: int, gpu: str = GPU) -> Entity:
     """The entity a vendor probe makes for a GPU process (the hints that matter here)."""
     return Entity(key=f"process/{gpu}/{pid}", kind="process",
-                  attributes={"hw.id": gpu, "process.pid": pid, "process.linux.cgroup": cgroup_of(pid).rstrip("\n")})
+                  attributes={"hw.id": gpu, "process.pid": pid, "process.linux.cgroup": cgroup_of(pid).rstrip("\n")},
+                  points=[Point(MEMORY, 1 << 30)])
 
 
 def gpu_cycle(*pids: int, time_ns: int = 1_700_000_000_000_000_000) -> Cycle:
-    gpu = Entity(key=f"gpu/{GPU}", kind="gpu", attributes={"hw.id": GPU}, label="0")
+    gpu = Entity(key=f"gpu/{GPU}", kind="gpu", attributes={"hw.id": GPU}, label="0", points=[Point(MEMORY, 2 << 30)])
     return Cycle(time_ns=time_ns, duration_s=0.001, entities=[gpu, *(process_entity(p) for p in pids)], logs=[])
 
 
