@@ -86,7 +86,7 @@ def _parsed(endpoint: Endpoint, body: bytes, limits: ScrapeLimits) -> tuple[Engi
         found = identify(body)
         if found is None:
             raise ScrapeError(endpoint, "the answer is not the metrics of a known engine "
-                                        f"({', '.join(MAPPINGS)}): {_peek(body)}")
+                                        f"({', '.join(ENGINES)}): {_peek(body)}")
         mapping = found
     try:
         return mapping, parse(body, mapping.selector, limits)
@@ -104,12 +104,13 @@ def _reading(endpoint: Endpoint, mapping: EngineMapping, families: list[Metric],
 
 
 async def _ask_model(endpoint: Endpoint, mapping: EngineMapping, limits: ScrapeLimits, connect: Connect) -> str:
-    """The served model's name from the engine's OpenAI-style ``/v1/models`` (``data[0].id``)."""
+    """The served model's name: ``data[0].id`` of an OpenAI-style ``/v1/models``, or
+    ``model_id`` of TGI's ``/info``."""
     path = mapping.model_path
     body = await get(endpoint, path, limits=limits, connect=connect, max_bytes=_MAX_MODELS_ANSWER)
     try:
         answer = json.loads(body)
-        name = answer["data"][0]["id"]
+        name = answer["model_id"] if isinstance(answer, dict) and "model_id" in answer else answer["data"][0]["id"]
     except (ValueError, KeyError, IndexError, TypeError):
         raise ScrapeError(endpoint, f"its metrics name no model and {path} names none either: {_peek(body)}") from None
     if not isinstance(name, str) or not name:
