@@ -1,10 +1,10 @@
 """A Prometheus text exposition, cut down to the families a mapping reads, then parsed.
 
-prometheus_client's parser is pure Python and costs microseconds a line, and a real vLLM
+A text parser in Python costs microseconds a line, and a real vLLM
 exposition holds 92 families of which a mapping reads about fifteen. So one regular
 expression, run by the C regex engine over the raw bytes, finds the lines (``# HELP``,
 ``# TYPE`` and samples) of the wanted families; only those are length-checked, counted,
-decoded and handed to the parser. Everything else, however large or malformed, costs one
+decoded and parsed (:mod:`~gputally.probes.engines.textformat`). Everything else, however large or malformed, costs one
 scan and no memory. The expression is not anchored with ``^``: an anchored one is tried at
 every byte (a quarter of a second on 8 MiB of newlines), an unanchored one lets the engine
 skip ahead to its first characters (a hundred times faster); a match is then kept only if it
@@ -20,10 +20,8 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
-
 from gputally.probes.engines.scrape import ScrapeLimits
+from gputally.probes.engines.textformat import Family, families
 
 __all__ = ["ExpositionError", "Selector", "line_starts", "parse"]
 
@@ -91,7 +89,7 @@ class Selector:
         return found
 
 
-def parse(body: bytes, selector: Selector, limits: ScrapeLimits) -> list[Metric]:
+def parse(body: bytes, selector: Selector, limits: ScrapeLimits) -> list[Family]:
     """The wanted families, parsed; raises :class:`ExpositionError`."""
     lines = selector.lines(body, limits)
     if not lines:
@@ -101,12 +99,12 @@ def parse(body: bytes, selector: Selector, limits: ScrapeLimits) -> list[Metric]
     except UnicodeDecodeError as exc:
         raise ExpositionError(f"not UTF-8 text: {exc.reason} at byte {exc.start} of the lines read") from None
     try:
-        families = list(text_string_to_metric_families(text + "\n"))
+        found = families(text)
     except (ValueError, IndexError, KeyError, TypeError) as exc:
         raise ExpositionError(f"not a Prometheus text exposition: {str(exc)[:200]}") from None
-    for family in families:
+    for family in found:
         for sample in family.samples:
             if len(sample.labels) > limits.max_labels_per_series:
                 raise ExpositionError(
                     f"{sample.name} has {len(sample.labels)} labels, over the limit of {limits.max_labels_per_series}")
-    return families
+    return found

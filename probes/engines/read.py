@@ -13,12 +13,11 @@ import asyncio
 import json
 from collections import OrderedDict
 
-from prometheus_client.metrics_core import Metric
-
 from gputally.probes.engines.exposition import ExpositionError, parse
 from gputally.probes.engines.mappings import MAPPINGS, EngineMapping, identify
 from gputally.probes.engines.model import ENGINES, Connect, Endpoint, EngineReading
 from gputally.probes.engines.scrape import ScrapeError, ScrapeLimits, get
+from gputally.probes.engines.textformat import Family
 from gputally.probes.engines.translate import needs_model, translate
 
 __all__ = ["ENGINE", "ServedModels", "read_endpoint", "reading_from_exposition"]
@@ -75,7 +74,7 @@ def reading_from_exposition(endpoint: Endpoint, body: bytes, *, limits: ScrapeLi
     return _reading(endpoint, mapping, families, endpoint.model or model)
 
 
-def _parsed(endpoint: Endpoint, body: bytes, limits: ScrapeLimits) -> tuple[EngineMapping, list[Metric]]:
+def _parsed(endpoint: Endpoint, body: bytes, limits: ScrapeLimits) -> tuple[EngineMapping, list[Family]]:
     if endpoint.engine is not None:
         mapping = MAPPINGS.get(endpoint.engine)
         if mapping is None:
@@ -94,7 +93,7 @@ def _parsed(endpoint: Endpoint, body: bytes, limits: ScrapeLimits) -> tuple[Engi
         raise ScrapeError(endpoint, str(exc)) from None
 
 
-def _reading(endpoint: Endpoint, mapping: EngineMapping, families: list[Metric], model: str | None) -> EngineReading:
+def _reading(endpoint: Endpoint, mapping: EngineMapping, families: list[Family], model: str | None) -> EngineReading:
     try:
         points, histograms = translate(mapping, families, model=model)
     except ExpositionError as exc:

@@ -14,13 +14,12 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client.metrics_core import Metric
-
 from gputally.probes.core.model import Attributes, AttrValue, Kind, MetricDef, Point
 from gputally.probes.engines.catalog import MODEL
 from gputally.probes.engines.exposition import ExpositionError
 from gputally.probes.engines.mappings.base import EngineMapping, Rule
 from gputally.probes.engines.model import HistogramPoint
+from gputally.probes.engines.textformat import Family
 
 __all__ = ["needs_model", "translate"]
 
@@ -53,7 +52,7 @@ class _Series:
     sum: float = 0.0
 
 
-def needs_model(mapping: EngineMapping, families: Iterable[Metric]) -> bool:
+def needs_model(mapping: EngineMapping, families: Iterable[Family]) -> bool:
     """Whether some series the mapping reads names no served model (so one must be asked)."""
     wanted = {_norm(rule.family) for rule in mapping.rules}
     return any(
@@ -63,12 +62,12 @@ def needs_model(mapping: EngineMapping, families: Iterable[Metric]) -> bool:
     )
 
 
-def translate(mapping: EngineMapping, families: list[Metric], *, model: str | None
+def translate(mapping: EngineMapping, families: list[Family], *, model: str | None
               ) -> tuple[list[Point], list[HistogramPoint]]:
     """The contract's points of one exposition. ``model`` names the served model for series
     whose labels name none; without it such a series is an :class:`ExpositionError`."""
     created: dict[tuple[str, LabelKey], float] = {}
-    by_family: dict[str, list[Metric]] = {}
+    by_family: dict[str, list[Family]] = {}
     for family in families:
         for sample in family.samples:
             if sample.name.endswith("_created"):
@@ -177,7 +176,7 @@ def _add_scalar(acc: dict[tuple[MetricDef, Attributes], _Scalar], rule: Rule, at
         entry.start_ns = start
 
 
-def _histogram_series(family: Metric) -> dict[LabelKey, _Series]:
+def _histogram_series(family: Family) -> dict[LabelKey, _Series]:
     series: dict[LabelKey, _Series] = {}
     for sample in family.samples:
         if sample.name.endswith("_bucket"):
@@ -202,7 +201,7 @@ def _histogram_series(family: Metric) -> dict[LabelKey, _Series]:
     return series
 
 
-def _summary_series(family: Metric) -> dict[LabelKey, tuple[float, float]]:
+def _summary_series(family: Family) -> dict[LabelKey, tuple[float, float]]:
     """A summary's ``_sum`` and ``_count`` per series (a Rust or Go exporter writes a
     histogram without configured buckets as one)."""
     sums: dict[LabelKey, list[float]] = {}

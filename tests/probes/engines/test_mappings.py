@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gputally.probes.core.model import Kind
-from gputally.probes.engines import catalog
+from gputally.probes.engines import catalog, textformat
 from gputally.probes.engines.mappings import MAPPINGS, identify
 from gputally.probes.engines.model import ENGINES, Endpoint, EngineReading, HistogramPoint
 from gputally.probes.engines.read import reading_from_exposition
@@ -277,3 +277,47 @@ tgi_request_input_length_count 11
 """
     reading = reading_from_exposition(Endpoint("h", 1, model="m"), body, limits=LIMITS)
     assert scalars(reading) == {("gputally.inference.tokens", model("m", INPUT)): 1100}
+
+
+def normalised(found: list[textformat.Family]) -> list[tuple[str, str, list[tuple[str, tuple[tuple[str, str], ...], float]]]]:
+    """Families as comparable values (the reference names a counter's samples with ``_total``)."""
+    return sorted((f.name, f.type, sorted((s.name.removesuffix("_total"), tuple(sorted(s.labels.items())), s.value)
+                                          for s in f.samples)) for f in found)
+
+
+@pytest.mark.parametrize("name", sorted(ENGINES))
+def test_the_fast_parse_equals_prometheus_clients(name: str) -> None:
+    """On every fixture, whole and as the mapping's lines: the same families both ways."""
+    body = fixture(f"{name}.txt").decode()
+    selected = b"\n".join(MAPPINGS[name].selector.lines(fixture(f"{name}.txt"), LIMITS)).decode()
+    for text in (body, selected):
+        fast = textformat._plain(text.split("\n"))
+        assert fast is not None, "a fixture line fell outside the plain subset"
+        assert normalised(fast) == normalised(textformat._reference(text))
+
+
+@pytest.mark.parametrize("line", [
+    'm{a="x\\"y"} 1',          # an escape
+    'm{a="x}y"} 1',           # a brace inside a value
+    'm{a = "x" , b="y"} 1',   # spaces
+    'm{a="x"} 1 1764700000000',  # a timestamp
+])
+def test_lines_outside_the_plain_subset_read_as_the_reference_reads_them(line: str) -> None:
+    text = f"# TYPE m gauge\n{line}\n"
+    assert normalised(textformat.families(text)) == normalised(textformat._reference(text))
+
+
+@pytest.mark.parametrize("text", [
+    "# TYPE x counter\nx_total 3\nx_created 5\n",  # declared without _total
+    '# TYPE h histogram\nh_bucket{le="+Inf"} 1\nh_sum 2\nh_count 1\nh_created 5\n',
+    '# TYPE s summary\ns{quantile="0.5"} 1\ns_sum 2\ns_count 1\n',
+    "loose_total 4\nloose_created 1\n",  # no # TYPE at all
+])
+def test_which_family_a_sample_joins_is_the_references_rule(text: str) -> None:
+    fast = textformat._plain(text.split("\n"))
+    assert fast is not None and normalised(fast) == normalised(textformat._reference(text))
+
+
+def test_a_malformed_line_is_the_references_error() -> None:
+    with pytest.raises(ValueError):
+        textformat.families('# TYPE m gauge\nm{a="x" 1\n')
