@@ -103,6 +103,9 @@ async def get(endpoint: Endpoint, path: str, *, limits: ScrapeLimits, connect: C
     except OSError as exc:
         writer.transport.abort()
         raise ScrapeError(endpoint, f"connection failed: {_os_cause(exc)}") from exc
+    except h11.LocalProtocolError as exc:
+        writer.transport.abort()
+        raise ScrapeError(endpoint, f"cannot send GET {path[:200]!r}: {exc}") from exc
     except h11.ProtocolError as exc:
         writer.transport.abort()
         raise ScrapeError(endpoint, f"not an HTTP/1.1 answer: {exc}") from exc

@@ -64,9 +64,8 @@ def _plain(lines: list[str]) -> list[Family] | None:
                 name, kind = typed.groups()
                 if kind not in _TYPES or name in declared:
                     return None
-                family = Family(name.removesuffix("_total") if kind == "counter" else name, kind)
-                declared[name] = family
-                found.append(family)
+                declared[name] = Family(name.removesuffix("_total") if kind == "counter" else name, kind)
+                found.append(declared[name])
             elif not line.startswith(("# HELP ", "# EOF")) and line.split(None, 2)[1:2] == ["TYPE"]:
                 return None  # a TYPE line the expression did not read: let the reference judge it
             continue
@@ -81,14 +80,12 @@ def _plain(lines: list[str]) -> list[Family] | None:
             value = float(value_text)
         except ValueError:
             return None
-        family = owner.get(name)
-        if family is None:
-            family = _family_of(name, declared)
-            if family is None:  # no # TYPE line: a family of its own, as the reference makes it
-                family = declared[name] = Family(name, "unknown")
-                found.append(family)
-            owner[name] = family
-        family.samples.append(Sample(name, labels, value))
+        home = owner.get(name) or _family_of(name, declared)
+        if home is None:  # no # TYPE line: a family of its own, as the reference makes it
+            home = declared[name] = Family(name, "unknown")
+            found.append(home)
+        owner[name] = home
+        home.samples.append(Sample(name, labels, value))
     return found
 
 

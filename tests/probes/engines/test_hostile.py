@@ -129,8 +129,10 @@ async def test_garbage_in_a_family_the_mapping_reads(servers: Servers) -> None:
 
 
 async def test_garbage_around_the_families_read_costs_nothing() -> None:
-    """What no mapping reads is never parsed: a malformed family beside vLLM's is ignored."""
-    body = b'broken{{{ line\n\xff\xfe binary\nvllm:num_requests_running{model_name="m"} 3\n'
+    """What no mapping reads is never parsed: a malformed family beside vLLM's, or the HELP
+    text of one it reads, is ignored."""
+    body = (b'broken{{{ line\n\xff\xfe binary\n# HELP vllm:num_requests_running not UTF-8: \xff\xfe\n'
+            b'vllm:num_requests_running{model_name="m"} 3\n')
     reading = reading_from_exposition(Endpoint("h", 1), body, limits=LIMITS)
     assert [(p.metric.name, p.value) for p in reading.points] == [("gputally.inference.requests.running", 3)]
 

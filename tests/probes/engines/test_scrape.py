@@ -177,3 +177,9 @@ def test_served_models_keeps_a_bounded_number() -> None:
     for port in (1, 2, 3):
         models.put(Endpoint("h", port), f"m{port}")
     assert [models.get(Endpoint("h", port)) for port in (1, 2, 3)] == [None, "m2", "m3"]
+
+
+async def test_a_path_that_cannot_be_sent(servers: Servers) -> None:
+    endpoint = await servers.start(answer(response(body=VLLM)))
+    with pytest.raises(ScrapeError, match=r"cannot send GET '/met rics'"):
+        await get(replace(endpoint, path="/met rics"))
