@@ -178,10 +178,16 @@ def _add_scalar(acc: dict[tuple[MetricDef, Attributes], _Scalar], rule: Rule, at
 
 def _histogram_series(family: Family) -> dict[LabelKey, _Series]:
     series: dict[LabelKey, _Series] = {}
+    previous: tuple[dict[str, str], LabelKey] | None = None  # a series' buckets come one after another
     for sample in family.samples:
         if sample.name.endswith("_bucket"):
             le = sample.labels.get("le")
-            labels = _key({k: v for k, v in sample.labels.items() if k != "le"})
+            rest = {k: v for k, v in sample.labels.items() if k != "le"}
+            if previous is not None and previous[0] == rest:
+                labels = previous[1]
+            else:
+                labels = _key(rest)
+                previous = (rest, labels)
             try:
                 bound = float(le) if le is not None else math.nan
             except ValueError:
