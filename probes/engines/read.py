@@ -52,7 +52,8 @@ async def read_endpoint(endpoint: Endpoint, *, limits: ScrapeLimits, connect: Co
     across reads; without it an engine that names no model is asked on every read."""
     try:
         async with asyncio.timeout(limits.timeout_s):
-            body = await get(endpoint, endpoint.path, limits=limits, connect=connect, max_bytes=limits.max_body_bytes)
+            body = await get(endpoint, endpoint.path, limits=limits, connect=connect, max_bytes=limits.max_body_bytes,
+                             max_line=limits.max_line_bytes)
             mapping, families = _parsed(endpoint, body, limits)
             model = endpoint.model
             if model is None and needs_model(mapping, families):

@@ -205,3 +205,18 @@ async def test_one_deadline_covers_the_model_lookup(servers: Servers) -> None:
     with pytest.raises(ScrapeError, match=r"no complete answer within 0\.3 s"):
         await read_endpoint(endpoint, limits=ScrapeLimits(timeout_s=0.3), connect=asyncio.open_connection)
     assert asyncio.get_running_loop().time() - started < 0.3 + 0.5
+
+
+@pytest.mark.parametrize("chunk", [7, 1000])
+async def test_the_line_limit_as_the_answer_arrives(servers: Servers, chunk: int) -> None:
+    """Lines of exactly the limit pass however they are cut; one byte more fails, whether the
+    line spans chunks or sits inside one."""
+    limits = ScrapeLimits(timeout_s=2.0, max_line_bytes=100)
+    fits = (b"x" * 100 + b"\n") * 5
+    over = b"y\n" + b"x" * 101 + b"\n" + b"z\n"
+    chunked_head = [("Transfer-Encoding", "chunked")]
+    ok = await servers.start(answer(response(body=chunked(fits, chunk), length=False, headers=chunked_head)))
+    bad = await servers.start(answer(response(body=chunked(over, chunk), length=False, headers=chunked_head)))
+    assert await get(ok, limits) == fits
+    with pytest.raises(ScrapeError, match="a line of the answer is over the 100-byte limit"):
+        await get(bad, limits)
