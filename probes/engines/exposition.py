@@ -1,14 +1,14 @@
 """A Prometheus text exposition, cut down to the families a mapping reads, then parsed.
 
-prometheus_client's parser is pure Python and costs microseconds a line, and a real vLLM
+A text parser in Python costs microseconds a line, and a real vLLM
 exposition holds 92 families of which a mapping reads about fifteen. So one regular
-expression, run by the C regex engine over the raw bytes, finds the lines (``# HELP``,
-``# TYPE`` and samples) of the wanted families; only those are length-checked, counted,
-decoded and handed to the parser. Everything else, however large or malformed, costs one
+expression, run by the C regex engine over the raw bytes, finds the lines (``# TYPE`` and
+samples; ``# HELP`` text is never needed) of the wanted families; only those are length-checked, counted,
+decoded and parsed (:mod:`~gputally.probes.engines.textformat`). Everything else, however large or malformed, costs one
 scan and no memory. The expression is not anchored with ``^``: an anchored one is tried at
 every byte (a quarter of a second on 8 MiB of newlines), an unanchored one lets the engine
 skip ahead to its first characters (a hundred times faster); a match is then kept only if it
-starts a line, or follows a line's ``# HELP``/``# TYPE``, judged from at most 32 bytes before it. The limits (:class:`~gputally.probes.engines.scrape.ScrapeLimits`) are
+starts a line, or follows a line's ``# TYPE``, judged from at most 32 bytes before it. The limits (:class:`~gputally.probes.engines.scrape.ScrapeLimits`) are
 enforced here, where the lines are counted: a line over ``max_line_bytes``, more than
 ``max_series`` samples, or a sample with more than ``max_labels_per_series`` labels is an
 error, never a truncated reading.
@@ -20,25 +20,26 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
-
 from gputally.probes.engines.scrape import ScrapeLimits
+from gputally.probes.engines.textformat import Family, families
 
-__all__ = ["ExpositionError", "Selector", "line_starts", "parse"]
+__all__ = ["HELP_OR_TYPE", "TYPE_ONLY", "ExpositionError", "Selector", "line_starts", "parse"]
 
 _SUFFIXES = ("_total", "_created", "_bucket", "_sum", "_count")
-_COMMENT_BEFORE = re.compile(rb"(?:^|\n)#[ \t]+(?:HELP|TYPE)[ \t]+\Z")
+HELP_OR_TYPE = re.compile(rb"(?:^|\n)#[ \t]+(?:HELP|TYPE)[ \t]+\Z")
+TYPE_ONLY = re.compile(rb"(?:^|\n)#[ \t]+TYPE[ \t]+\Z")
 _LOOK_BACK = 32
 
 
-def line_starts(pattern: re.Pattern[bytes], body: bytes) -> Iterator[re.Match[bytes]]:
-    """The matches of ``pattern`` that begin a line, or a line's ``# HELP``/``# TYPE`` name."""
+def line_starts(pattern: re.Pattern[bytes], body: bytes, comment: re.Pattern[bytes] = HELP_OR_TYPE
+                ) -> Iterator[re.Match[bytes]]:
+    """The matches of ``pattern`` that begin a line, or name the family of a comment line
+    ``comment`` matches the start of (``# HELP``/``# TYPE``)."""
     for match in pattern.finditer(body):
         start = match.start()
         if start == 0 or body[start - 1] == 0x0A:
             yield match
-        elif _COMMENT_BEFORE.search(body, max(0, start - _LOOK_BACK), start):
+        elif comment.search(body, max(0, start - _LOOK_BACK), start):
             yield match
 
 
@@ -71,7 +72,7 @@ class Selector:
         found: list[bytes] = []
         samples = 0
         last_end = -1
-        for match in line_starts(self.pattern, body):
+        for match in line_starts(self.pattern, body, TYPE_ONLY):  # HELP text is never needed
             start = body.rfind(b"\n", max(0, match.start() - _LOOK_BACK), match.start()) + 1
             if start <= last_end:  # a second name on a line already taken
                 continue
@@ -91,7 +92,7 @@ class Selector:
         return found
 
 
-def parse(body: bytes, selector: Selector, limits: ScrapeLimits) -> list[Metric]:
+def parse(body: bytes, selector: Selector, limits: ScrapeLimits) -> list[Family]:
     """The wanted families, parsed; raises :class:`ExpositionError`."""
     lines = selector.lines(body, limits)
     if not lines:
@@ -101,12 +102,12 @@ def parse(body: bytes, selector: Selector, limits: ScrapeLimits) -> list[Metric]
     except UnicodeDecodeError as exc:
         raise ExpositionError(f"not UTF-8 text: {exc.reason} at byte {exc.start} of the lines read") from None
     try:
-        families = list(text_string_to_metric_families(text + "\n"))
+        found = families(text)
     except (ValueError, IndexError, KeyError, TypeError) as exc:
         raise ExpositionError(f"not a Prometheus text exposition: {str(exc)[:200]}") from None
-    for family in families:
+    for family in found:
         for sample in family.samples:
             if len(sample.labels) > limits.max_labels_per_series:
                 raise ExpositionError(
                     f"{sample.name} has {len(sample.labels)} labels, over the limit of {limits.max_labels_per_series}")
-    return families
+    return found

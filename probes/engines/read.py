@@ -13,12 +13,11 @@ import asyncio
 import json
 from collections import OrderedDict
 
-from prometheus_client.metrics_core import Metric
-
 from gputally.probes.engines.exposition import ExpositionError, parse
 from gputally.probes.engines.mappings import MAPPINGS, EngineMapping, identify
 from gputally.probes.engines.model import ENGINES, Connect, Endpoint, EngineReading
 from gputally.probes.engines.scrape import ScrapeError, ScrapeLimits, get
+from gputally.probes.engines.textformat import Family
 from gputally.probes.engines.translate import needs_model, translate
 
 __all__ = ["ENGINE", "ServedModels", "read_endpoint", "reading_from_exposition"]
@@ -53,7 +52,8 @@ async def read_endpoint(endpoint: Endpoint, *, limits: ScrapeLimits, connect: Co
     across reads; without it an engine that names no model is asked on every read."""
     try:
         async with asyncio.timeout(limits.timeout_s):
-            body = await get(endpoint, endpoint.path, limits=limits, connect=connect, max_bytes=limits.max_body_bytes)
+            body = await get(endpoint, endpoint.path, limits=limits, connect=connect, max_bytes=limits.max_body_bytes,
+                             max_line=limits.max_line_bytes)
             mapping, families = _parsed(endpoint, body, limits)
             model = endpoint.model
             if model is None and needs_model(mapping, families):
@@ -75,7 +75,7 @@ def reading_from_exposition(endpoint: Endpoint, body: bytes, *, limits: ScrapeLi
     return _reading(endpoint, mapping, families, endpoint.model or model)
 
 
-def _parsed(endpoint: Endpoint, body: bytes, limits: ScrapeLimits) -> tuple[EngineMapping, list[Metric]]:
+def _parsed(endpoint: Endpoint, body: bytes, limits: ScrapeLimits) -> tuple[EngineMapping, list[Family]]:
     if endpoint.engine is not None:
         mapping = MAPPINGS.get(endpoint.engine)
         if mapping is None:
@@ -86,7 +86,7 @@ def _parsed(endpoint: Endpoint, body: bytes, limits: ScrapeLimits) -> tuple[Engi
         found = identify(body)
         if found is None:
             raise ScrapeError(endpoint, "the answer is not the metrics of a known engine "
-                                        f"({', '.join(MAPPINGS)}): {_peek(body)}")
+                                        f"({', '.join(ENGINES)}): {_peek(body)}")
         mapping = found
     try:
         return mapping, parse(body, mapping.selector, limits)
@@ -94,7 +94,7 @@ def _parsed(endpoint: Endpoint, body: bytes, limits: ScrapeLimits) -> tuple[Engi
         raise ScrapeError(endpoint, str(exc)) from None
 
 
-def _reading(endpoint: Endpoint, mapping: EngineMapping, families: list[Metric], model: str | None) -> EngineReading:
+def _reading(endpoint: Endpoint, mapping: EngineMapping, families: list[Family], model: str | None) -> EngineReading:
     try:
         points, histograms = translate(mapping, families, model=model)
     except ExpositionError as exc:
@@ -104,12 +104,13 @@ def _reading(endpoint: Endpoint, mapping: EngineMapping, families: list[Metric],
 
 
 async def _ask_model(endpoint: Endpoint, mapping: EngineMapping, limits: ScrapeLimits, connect: Connect) -> str:
-    """The served model's name from the engine's OpenAI-style ``/v1/models`` (``data[0].id``)."""
+    """The served model's name: ``data[0].id`` of an OpenAI-style ``/v1/models``, or
+    ``model_id`` of TGI's ``/info``."""
     path = mapping.model_path
     body = await get(endpoint, path, limits=limits, connect=connect, max_bytes=_MAX_MODELS_ANSWER)
     try:
         answer = json.loads(body)
-        name = answer["data"][0]["id"]
+        name = answer["model_id"] if isinstance(answer, dict) and "model_id" in answer else answer["data"][0]["id"]
     except (ValueError, KeyError, IndexError, TypeError):
         raise ScrapeError(endpoint, f"its metrics name no model and {path} names none either: {_peek(body)}") from None
     if not isinstance(name, str) or not name:

@@ -45,7 +45,8 @@ class ScrapeLimits:
     """Samples of the families a mapping reads (a histogram's buckets count one each)."""
     max_labels_per_series: int = 32
     max_line_bytes: int = 64 * 1024
-    """One line of the exposition, among the families a mapping reads."""
+    """One line of the exposition: any line of a scraped answer, checked as it arrives, and the
+    lines of the families a mapping reads in an exposition already in hand."""
     max_header_bytes: int = 64 * 1024
     """The status line and headers together (h11's incomplete-event limit)."""
 
@@ -86,23 +87,28 @@ async def scrape(endpoint: Endpoint, *, limits: ScrapeLimits, connect: Connect) 
     try:
         async with asyncio.timeout(limits.timeout_s):
             return await get(endpoint, endpoint.path, limits=limits, connect=connect,
-                             max_bytes=limits.max_body_bytes)
+                             max_bytes=limits.max_body_bytes, max_line=limits.max_line_bytes)
     except TimeoutError:
         raise ScrapeError(endpoint, f"no complete answer within {limits.timeout_s:g} s") from None
 
 
-async def get(endpoint: Endpoint, path: str, *, limits: ScrapeLimits, connect: Connect, max_bytes: int) -> bytes:
+async def get(endpoint: Endpoint, path: str, *, limits: ScrapeLimits, connect: Connect, max_bytes: int,
+              max_line: int | None = None) -> bytes:
     """One GET of ``path`` on the endpoint's host and port, with no deadline of its own (the
-    caller holds one over everything it asks). Raises :class:`ScrapeError`."""
+    caller holds one over everything it asks). ``max_line``: refuse the answer as soon as a
+    line of it is longer (an exposition's limit; a JSON answer has none). Raises :class:`ScrapeError`."""
     try:
         reader, writer = await connect(endpoint.host, endpoint.port)
     except OSError as exc:
         raise ScrapeError(endpoint, f"cannot connect: {_os_cause(exc)}") from exc
     try:
-        body = await _exchange(endpoint, path, reader, writer, limits, max_bytes)
+        body = await _exchange(endpoint, path, reader, writer, limits, max_bytes, max_line)
     except OSError as exc:
         writer.transport.abort()
         raise ScrapeError(endpoint, f"connection failed: {_os_cause(exc)}") from exc
+    except h11.LocalProtocolError as exc:
+        writer.transport.abort()
+        raise ScrapeError(endpoint, f"cannot send GET {path[:200]!r}: {exc}") from exc
     except h11.ProtocolError as exc:
         writer.transport.abort()
         raise ScrapeError(endpoint, f"not an HTTP/1.1 answer: {exc}") from exc
@@ -119,7 +125,7 @@ def _os_cause(exc: OSError) -> str:
 
 
 async def _exchange(endpoint: Endpoint, path: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    limits: ScrapeLimits, max_bytes: int) -> bytes:
+                    limits: ScrapeLimits, max_bytes: int, max_line: int | None) -> bytes:
     conn = h11.Connection(our_role=h11.CLIENT, max_incomplete_event_size=limits.max_header_bytes)
     host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
     request = h11.Request(method="GET", target=path, headers=[
@@ -131,7 +137,7 @@ async def _exchange(endpoint: Endpoint, path: str, reader: asyncio.StreamReader,
     ])
     writer.write(conn.send(request) + conn.send(h11.EndOfMessage()))
     await writer.drain()
-    body = _Body(endpoint, path, max_bytes)
+    body = _Body(endpoint, path, max_bytes, max_line)
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
@@ -149,10 +155,14 @@ async def _exchange(endpoint: Endpoint, path: str, reader: asyncio.StreamReader,
 
 
 class _Body:
-    """The answer's status check and its body, capped at ``max_bytes`` before and after gzip."""
+    """The answer's status check and its body, capped at ``max_bytes`` before and after gzip,
+    and (where ``max_line`` is set) at ``max_line`` bytes between two newlines, checked as the
+    bytes arrive: a 10 MB line costs the first 64 KiB of it, not the body limit."""
 
-    def __init__(self, endpoint: Endpoint, path: str, max_bytes: int) -> None:
+    def __init__(self, endpoint: Endpoint, path: str, max_bytes: int, max_line: int | None = None) -> None:
         self._endpoint, self._path, self._max = endpoint, path, max_bytes
+        self._max_line = max_line
+        self._run = 0  # bytes since the last newline
         self._chunks: list[bytes] = []
         self._received = 0
         self._size = 0
@@ -187,7 +197,7 @@ class _Body:
             return
         try:
             while data:
-                out = self._gunzip.decompress(data, self._max - self._size + 1)
+                out = self._gunzip.decompress(data, min(self._max - self._size + 1, _READ_SIZE))
                 self._keep(out)
                 data = self._gunzip.unconsumed_tail
         except zlib.error as exc:
@@ -198,7 +208,28 @@ class _Body:
         if self._size > self._max:
             raise self._fail(f"answer is over the {self._max}-byte limit once decompressed")
         if data:
+            if self._max_line is not None:
+                self._check_lines(data, self._max_line)
             self._chunks.append(data)
+
+    def _check_lines(self, data: bytes, limit: int) -> None:
+        """Two C calls per chunk: a line can only be too long across chunks, or inside a chunk
+        longer than the limit (then it is looked for line by line)."""
+        first = data.find(b"\n")
+        if first < 0:
+            self._run += len(data)
+        else:
+            longest = self._run + first
+            if len(data) > limit:
+                start = first + 1
+                while (end := data.find(b"\n", start)) >= 0:
+                    longest = max(longest, end - start)
+                    start = end + 1
+            self._run = len(data) - data.rfind(b"\n") - 1
+            if longest > limit:
+                raise self._fail(f"a line of the answer is over the {limit}-byte limit")
+        if self._run > limit:
+            raise self._fail(f"a line of the answer is over the {limit}-byte limit")
 
     def finish(self) -> bytes:
         if self._gunzip is not None:

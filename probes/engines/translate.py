@@ -14,13 +14,12 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client.metrics_core import Metric
-
 from gputally.probes.core.model import Attributes, AttrValue, Kind, MetricDef, Point
 from gputally.probes.engines.catalog import MODEL
 from gputally.probes.engines.exposition import ExpositionError
 from gputally.probes.engines.mappings.base import EngineMapping, Rule
 from gputally.probes.engines.model import HistogramPoint
+from gputally.probes.engines.textformat import Family
 
 __all__ = ["needs_model", "translate"]
 
@@ -53,7 +52,7 @@ class _Series:
     sum: float = 0.0
 
 
-def needs_model(mapping: EngineMapping, families: Iterable[Metric]) -> bool:
+def needs_model(mapping: EngineMapping, families: Iterable[Family]) -> bool:
     """Whether some series the mapping reads names no served model (so one must be asked)."""
     wanted = {_norm(rule.family) for rule in mapping.rules}
     return any(
@@ -63,12 +62,12 @@ def needs_model(mapping: EngineMapping, families: Iterable[Metric]) -> bool:
     )
 
 
-def translate(mapping: EngineMapping, families: list[Metric], *, model: str | None
+def translate(mapping: EngineMapping, families: list[Family], *, model: str | None
               ) -> tuple[list[Point], list[HistogramPoint]]:
     """The contract's points of one exposition. ``model`` names the served model for series
     whose labels name none; without it such a series is an :class:`ExpositionError`."""
     created: dict[tuple[str, LabelKey], float] = {}
-    by_family: dict[str, list[Metric]] = {}
+    by_family: dict[str, list[Family]] = {}
     for family in families:
         for sample in family.samples:
             if sample.name.endswith("_created"):
@@ -82,7 +81,7 @@ def translate(mapping: EngineMapping, families: list[Metric], *, model: str | No
             base = _norm(family.name)
             if family.type == "histogram":
                 for labels, series in _histogram_series(family).items():
-                    if not _selected(rule, labels):
+                    if not _selected(mapping, rule, labels):
                         continue
                     attributes = _attributes(mapping, rule, labels, model)
                     start = _start(created, base, labels)
@@ -91,9 +90,15 @@ def translate(mapping: EngineMapping, families: list[Metric], *, model: str | No
                     elif rule.part in ("sum", "count") and rule.metric.kind is not Kind.HISTOGRAM:
                         value = series.sum if rule.part == "sum" else series.buckets[-1][1]
                         _add_scalar(scalars, rule, attributes, value * rule.scale, start)
+            elif family.type == "summary" and rule.part in ("sum", "count"):
+                for labels, (total, count) in _summary_series(family).items():
+                    if _selected(mapping, rule, labels):
+                        _add_scalar(scalars, rule, _attributes(mapping, rule, labels, model),
+                                    (total if rule.part == "sum" else count) * rule.scale,
+                                    _start(created, base, labels))
             elif rule.part == "value" and rule.metric.kind is not Kind.HISTOGRAM:
                 for sample in family.samples:
-                    if sample.name.endswith("_created") or not _selected(rule, _key(sample.labels)):
+                    if sample.name.endswith("_created") or not _selected(mapping, rule, _key(sample.labels)):
                         continue
                     labels = _key(sample.labels)
                     value = sample.value * rule.scale
@@ -123,11 +128,12 @@ def _key(labels: Mapping[str, str]) -> LabelKey:
     return tuple(sorted(labels.items()))
 
 
-def _selected(rule: Rule, labels: LabelKey) -> bool:
-    if not rule.where:
+def _selected(mapping: EngineMapping, rule: Rule, labels: LabelKey) -> bool:
+    if not rule.where and not mapping.replicas:
         return True
     have = dict(labels)
-    return all(have.get(name) == value for name, value in rule.where)
+    return (all(have.get(name) == value for name, value in rule.where)
+            and all(have.get(name, value) == value for name, value in mapping.replicas))
 
 
 def _averaged(mapping: EngineMapping, metric: MetricDef) -> bool:
@@ -170,12 +176,18 @@ def _add_scalar(acc: dict[tuple[MetricDef, Attributes], _Scalar], rule: Rule, at
         entry.start_ns = start
 
 
-def _histogram_series(family: Metric) -> dict[LabelKey, _Series]:
+def _histogram_series(family: Family) -> dict[LabelKey, _Series]:
     series: dict[LabelKey, _Series] = {}
+    previous: tuple[dict[str, str], LabelKey] | None = None  # a series' buckets come one after another
     for sample in family.samples:
         if sample.name.endswith("_bucket"):
             le = sample.labels.get("le")
-            labels = _key({k: v for k, v in sample.labels.items() if k != "le"})
+            rest = {k: v for k, v in sample.labels.items() if k != "le"}
+            if previous is not None and previous[0] == rest:
+                labels = previous[1]
+            else:
+                labels = _key(rest)
+                previous = (rest, labels)
             try:
                 bound = float(le) if le is not None else math.nan
             except ValueError:
@@ -193,6 +205,18 @@ def _histogram_series(family: Metric) -> dict[LabelKey, _Series]:
                 b[1] < a[1] for a, b in zip(one.buckets, one.buckets[1:])):
             raise ExpositionError(f"histogram {family.name}{dict(labels)} has bucket counts that are not cumulative")
     return series
+
+
+def _summary_series(family: Family) -> dict[LabelKey, tuple[float, float]]:
+    """A summary's ``_sum`` and ``_count`` per series (a Rust or Go exporter writes a
+    histogram without configured buckets as one)."""
+    sums: dict[LabelKey, list[float]] = {}
+    for sample in family.samples:
+        for index, suffix in enumerate(("_sum", "_count")):
+            if sample.name.endswith(suffix):
+                sums.setdefault(_key(sample.labels), [0.0, 0.0])[index] = sample.value
+    return {labels: (pair[0], pair[1]) for labels, pair in sums.items()
+            if math.isfinite(pair[0]) and math.isfinite(pair[1])}
 
 
 def _add_histogram(acc: dict[tuple[MetricDef, Attributes], _Histogram], rule: Rule, attributes: Attributes,

@@ -7,12 +7,14 @@ names carry no prefix of their own.
 
 from __future__ import annotations
 
-from gputally.probes.engines.mappings import llamacpp, vllm
+from gputally.probes.engines.mappings import llamacpp, nim, sglang, tgi, triton, vllm
 from gputally.probes.engines.mappings.base import EngineMapping, Rule
 
 __all__ = ["MAPPINGS", "EngineMapping", "Rule", "identify"]
 
-MAPPINGS: dict[str, EngineMapping] = {m.engine: m for m in (vllm.MAPPING, llamacpp.MAPPING)}
+MAPPINGS: dict[str, EngineMapping] = {
+    m.engine: m for m in (triton.MAPPING, vllm.MAPPING, sglang.MAPPING, tgi.MAPPING, llamacpp.MAPPING, nim.MAPPING)
+}
 
 
 def identify(body: bytes) -> EngineMapping | None:

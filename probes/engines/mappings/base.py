@@ -58,7 +58,11 @@ class EngineMapping:
     source: str
     """The documentation (or measurement) the table comes from, with its version."""
     model_path: str = "/v1/models"
-    """Where to ask the served model's name when neither a label nor the endpoint names it."""
+    """Where to ask the served model's name when neither a label nor the endpoint names it:
+    an OpenAI-style list (``data[0].id``) or TGI's ``/info`` (``model_id``)."""
+    replicas: tuple[tuple[str, str], ...] = ()
+    """Labels whose other values mark copies of one series (every tensor-parallel rank
+    reporting the same requests): only the series with this value, or without the label, count."""
 
     @cached_property
     def selector(self) -> Selector:

@@ -101,8 +101,8 @@ async def test_a_hundred_megabytes_announced(servers: Servers) -> None:
 
 
 async def test_a_gzip_bomb(servers: Servers) -> None:
-    """100 MB of zeros in 100 KB of gzip: decoding stops at the limit."""
-    bomb = gzip.compress(b"\0" * (100 * 1000 * 1000), compresslevel=9)
+    """100 MB of short lines in 100 KB of gzip: decoding stops at the limit."""
+    bomb = gzip.compress(b"# pad\n" * (100 * 1000 * 1000 // 6), compresslevel=9)
     assert len(bomb) < MiB
     error, took, peak = await failed_read(await servers.start(answer(
         response(body=bomb, headers=[("Content-Encoding", "gzip")]))))
@@ -129,29 +129,65 @@ async def test_garbage_in_a_family_the_mapping_reads(servers: Servers) -> None:
 
 
 async def test_garbage_around_the_families_read_costs_nothing() -> None:
-    """What no mapping reads is never parsed: a malformed family beside vLLM's is ignored."""
-    body = b'broken{{{ line\n\xff\xfe binary\nvllm:num_requests_running{model_name="m"} 3\n'
+    """What no mapping reads is never parsed: a malformed family beside vLLM's, or the HELP
+    text of one it reads, is ignored."""
+    body = (b'broken{{{ line\n\xff\xfe binary\n# HELP vllm:num_requests_running not UTF-8: \xff\xfe\n'
+            b'vllm:num_requests_running{model_name="m"} 3\n')
     reading = reading_from_exposition(Endpoint("h", 1), body, limits=LIMITS)
     assert [(p.metric.name, p.value) for p in reading.points] == [("gputally.inference.requests.running", 3)]
 
 
+def sliced(data: bytes, *, head: bytes) -> Callable[..., Awaitable[None]]:
+    """Writes ``head`` then ``data`` 64 KiB at a time, draining: the server holds no copy."""
+
+    async def respond(writer: asyncio.StreamWriter, request: bytes) -> None:
+        writer.write(head)
+        view = memoryview(data)
+        for start in range(0, len(data), 65536):
+            writer.write(view[start:start + 65536])
+            await writer.drain()
+
+    return respond
+
+
 async def test_a_million_labels(servers: Servers) -> None:
-    """One sample with a million labels: about 11 MB, so the byte limit ends it."""
+    """One sample with a million labels (about 11 MB): refused at its Content-Length, or, sent
+    without one, at its first 64 KiB, a line over the line limit."""
     bomb = b'vllm:prompt_tokens_total{' + b",".join(b'l%d="v"' % i for i in range(1_000_000)) + b"} 1\n"
-    error, took, peak = await failed_read(await servers.start(answer(response(body=bomb))))
+    announced = await servers.start(sliced(bomb, head=b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(bomb)))
+    error, took, peak = await failed_read(announced)
     assert error.cause == f"answer of {len(bomb)} bytes is over the {LIMITS.max_body_bytes}-byte limit"
-    assert peak < 4 * MiB + len(bomb) and took < TIMEOUT + MARGIN  # the server holds the bomb itself
+    assert peak < MiB and took < TIMEOUT + MARGIN
+    unannounced = await servers.start(sliced(bomb, head=b"HTTP/1.1 200 OK\r\n\r\n"))
+    error, took, peak = await failed_read(unannounced)
+    assert error.cause == f"a line of the answer is over the {LIMITS.max_line_bytes}-byte limit"
+    assert peak < MiB and took < TIMEOUT + MARGIN
 
 
 async def test_a_ten_megabyte_line(servers: Servers) -> None:
-    """Under a raised byte limit, the line limit ends it, without copying the line."""
-    limits = ScrapeLimits(timeout_s=TIMEOUT, max_body_bytes=16 * MiB)
+    """Checked as it arrives: the first 64 KiB of the line end the read, plain or gzipped."""
     line = b'vllm:prompt_tokens_total{model_name="' + b"m" * (10 * MiB) + b'"} 1\n'
-    body = response(body=line)
-    endpoint = await servers.start(answer(body))
-    error, _, peak = await failed_read(endpoint, limits)
-    assert error.cause.endswith(f"is {len(line) - 1} bytes, over the {limits.max_line_bytes}-byte limit")
-    assert peak < 2 * len(line) + 4 * MiB  # the body once, and the joined copy: no third
+    plain = await servers.start(sliced(line, head=b"HTTP/1.1 200 OK\r\n\r\n"))
+    packed = gzip.compress(line)
+    gzipped = await servers.start(sliced(packed, head=b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n"
+                                                    b"Content-Length: %d\r\n\r\n" % len(packed)))
+    for endpoint in (plain, gzipped):
+        error, took, peak = await failed_read(endpoint)
+        assert error.cause == f"a line of the answer is over the {LIMITS.max_line_bytes}-byte limit"
+        assert peak < MiB and took < TIMEOUT + MARGIN
+
+
+def test_a_long_line_in_an_exposition_in_hand() -> None:
+    """Without a scrape, the lines of the families read are checked, and not copied first."""
+    body = b'vllm:prompt_tokens_total{model_name="' + b"m" * MiB + b'"} 1\n'
+    tracemalloc.start()
+    try:
+        with pytest.raises(ScrapeError, match=f"is {len(body) - 1} bytes, over the {LIMITS.max_line_bytes}-byte"):
+            reading_from_exposition(Endpoint("h", 1), body, limits=LIMITS)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < len(body) // 4
 
 
 def test_too_many_labels_on_one_series() -> None:

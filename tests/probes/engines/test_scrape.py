@@ -177,3 +177,46 @@ def test_served_models_keeps_a_bounded_number() -> None:
     for port in (1, 2, 3):
         models.put(Endpoint("h", port), f"m{port}")
     assert [models.get(Endpoint("h", port)) for port in (1, 2, 3)] == [None, "m2", "m3"]
+
+
+async def test_a_path_that_cannot_be_sent(servers: Servers) -> None:
+    endpoint = await servers.start(answer(response(body=VLLM)))
+    with pytest.raises(ScrapeError, match=r"cannot send GET '/met rics'"):
+        await get(replace(endpoint, path="/met rics"))
+
+
+async def test_tgi_names_its_model_in_info(servers: Servers) -> None:
+    tgi = (FIXTURES / "tgi.txt").read_bytes()
+    info = b'{"model_id":"bigscience/bloom-560m","model_dtype":"torch.float16","max_input_tokens":1024}'
+    endpoint = await servers.start({"/metrics": answer(response(body=tgi)), "/info": answer(response(body=info))})
+    reading = await read_endpoint(endpoint, limits=LIMITS, connect=asyncio.open_connection, models=ServedModels())
+    assert reading.engine == "tgi"
+    assert {p.attributes[0] for p in reading.points} == {("gen_ai.request.model", "bigscience/bloom-560m")}
+    assert [head.split(b" ")[1] for head in servers.requests] == [b"/metrics", b"/info"]
+
+
+async def test_one_deadline_covers_the_model_lookup(servers: Servers) -> None:
+    """The metrics answer at once, /v1/models never: the read still ends at the timeout."""
+    async def silent(writer: asyncio.StreamWriter, head: bytes) -> None:
+        await asyncio.Event().wait()
+
+    endpoint = await servers.start({"/metrics": answer(response(body=LLAMACPP)), "/v1/models": silent})
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(ScrapeError, match=r"no complete answer within 0\.3 s"):
+        await read_endpoint(endpoint, limits=ScrapeLimits(timeout_s=0.3), connect=asyncio.open_connection)
+    assert asyncio.get_running_loop().time() - started < 0.3 + 0.5
+
+
+@pytest.mark.parametrize("chunk", [7, 1000])
+async def test_the_line_limit_as_the_answer_arrives(servers: Servers, chunk: int) -> None:
+    """Lines of exactly the limit pass however they are cut; one byte more fails, whether the
+    line spans chunks or sits inside one."""
+    limits = ScrapeLimits(timeout_s=2.0, max_line_bytes=100)
+    fits = (b"x" * 100 + b"\n") * 5
+    over = b"y\n" + b"x" * 101 + b"\n" + b"z\n"
+    chunked_head = [("Transfer-Encoding", "chunked")]
+    ok = await servers.start(answer(response(body=chunked(fits, chunk), length=False, headers=chunked_head)))
+    bad = await servers.start(answer(response(body=chunked(over, chunk), length=False, headers=chunked_head)))
+    assert await get(ok, limits) == fits
+    with pytest.raises(ScrapeError, match="a line of the answer is over the 100-byte limit"):
+        await get(bad, limits)
