@@ -171,9 +171,9 @@ VLLM = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "engines" / 
 class _Pods:
     """Engines on this node for the benchmark: pod-shaped cgroups (as root) or loopback servers."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, *, explicit: bool = False) -> None:
         self.root = Path("/sys/fs/cgroup/pids")
-        self.pods = os.geteuid() == 0 and self.root.is_dir()
+        self.pods = not explicit and os.geteuid() == 0 and self.root.is_dir()
         self.procs: list[subprocess.Popen[bytes]] = []
         self.dirs: list[Path] = []
         self.gpu_pids: list[int] = []
@@ -238,7 +238,8 @@ class _WithProcesses:
         await self.inner.close()
 
 
-async def engines_cost(recording: dict[str, Any], gpus: int, counts: list[int], cycles: int) -> None:
+async def engines_cost(recording: dict[str, Any], gpus: int, counts: list[int], cycles: int, *,
+                       explicit: bool = False) -> None:
     """The probe's CPU per cycle with 0, 1, 4... engines on the node (see the module's docstring)."""
     from gputally.probes.core.hints import ProcFs
     from gputally.probes.engines.collector import EngineCollector, EngineReads
@@ -249,14 +250,14 @@ async def engines_cost(recording: dict[str, Any], gpus: int, counts: list[int], 
     me = psutil.Process()
     rows: list[tuple[int, float, int, str]] = []
     for count in counts:
-        pods = _Pods(count)
+        pods = _Pods(count, explicit=explicit)
         try:
             source = ReplaySource(recording, latency=True, copies=gpus)
             inner = NvmlCollector(source, source, node_name="bench", events=False)
             procfs = ProcFs()
-            explicit = [] if pods.pods else [parse_engine(f"http://127.0.0.1:{p}/metrics") for p in pods.ports]
+            endpoints = [] if pods.pods else [parse_engine(f"http://127.0.0.1:{p}/metrics") for p in pods.ports]
             reads = EngineReads(default_read(), walker=Discovery(processes=procfs), processes=procfs,
-                                node_name="bench", explicit=explicit, discover=pods.pods)
+                                node_name="bench", explicit=endpoints, discover=pods.pods)
             probe = EngineCollector(_WithProcesses(inner, pods.gpu_pids), reads, deadline_s=2.0)  # type: ignore[arg-type]
             encoder = OtlpEncoder()
             await probe.collect()  # NVML open, GPM prime, discovery and the first reads: not the steady state
@@ -294,6 +295,8 @@ async def main() -> int:
     parser.add_argument("--process-seconds", type=float, default=20, help="measure the probe process (0: skip)")
     parser.add_argument("--live", action="store_true", help="also measure the real NVML (needs a GPU)")
     parser.add_argument("--engines", metavar="N,N...", help="also: CPU per cycle with this many engines (e.g. 0,1,4)")
+    parser.add_argument("--engines-explicit", action="store_true",
+                        help="the engines as --engine endpoints on loopback, not discovered pods")
     args = parser.parse_args()
 
     recording = load_recording(args.replay)
@@ -305,7 +308,8 @@ async def main() -> int:
     if args.process_seconds > 0:
         await whole_probe(args.replay, args.process_seconds)
     if args.engines:
-        await engines_cost(recording, args.gpus, [int(n) for n in args.engines.split(",")], args.cycles)
+        await engines_cost(recording, args.gpus, [int(n) for n in args.engines.split(",")], args.cycles,
+                           explicit=args.engines_explicit)
 
     if args.live:
         from gputally.probes.core.hints import ProcFs

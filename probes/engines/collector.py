@@ -31,7 +31,7 @@ from gputally.probes.core.procfacts import ProcessInfoSource
 from gputally.probes.engines.catalog import UP
 from gputally.probes.engines.discover import Container, Discovery
 from gputally.probes.engines.model import Connect, Endpoint, EngineReading
-from gputally.probes.engines.netns import connect_for
+from gputally.probes.engines.netns import Namespaces
 from gputally.probes.engines.options import ExplicitEndpoint
 from gputally.util.once import Once
 
@@ -92,17 +92,19 @@ class EngineReads:
         discover: bool = True,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], int] = time.time_ns,
-        connect: Callable[[Endpoint], Connect] = connect_for,
+        connect: Callable[[Endpoint], Connect] | None = None,
     ) -> None:
         """``walker`` finds containers (and, with ``discover``, their candidates);
-        ``connect`` gives the connection opener for an endpoint (the namespace one where needed)."""
+        ``connect`` gives the connection opener for an endpoint (default: from inside its
+        network namespace where it names one, through a thread of that namespace's own)."""
         self._read = read
         self._walker = walker
         self._processes = processes
         self._node = node_name
         self._discover = discover
         self._clock = clock
-        self._connect = connect
+        self._namespaces = Namespaces()
+        self._connect = connect or self._namespaces.connect_for
         self._explicit = [_Target(endpoint=e.endpoint, explicit=e, engine=e.endpoint.engine, is_engine=True)
                           for e in explicit]
         self._found: dict[tuple[str, str, int, str], _Target] = {}
@@ -164,6 +166,7 @@ class EngineReads:
 
     async def close(self) -> None:
         self.abandon()
+        self._namespaces.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     # -- one cycle's parts ---------------------------------------------------------------
@@ -192,6 +195,9 @@ class EngineReads:
 
     async def _context(self, cycle: Cycle, deadline: float) -> _Context | None:
         """This cycle's containers, from a worker thread, within the deadline; None: not in time."""
+        if not self._discover and not any(t.endpoint.pid is not None or (t.explicit and t.explicit.cgroup)
+                                          for t in self._explicit):
+            return _Context(explicit=dict.fromkeys(range(len(self._explicit))))  # nothing to read from /proc
         if self._scanning is not None and not self._scanning.done():
             return None  # the last scan has not returned (a hung /proc read): none this cycle
         processes = cycle.processes()

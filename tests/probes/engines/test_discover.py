@@ -3,6 +3,7 @@ on (in its own network namespace), and the setns connect that reads it from ther
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -17,7 +18,7 @@ from gputally.probes.core.hints import ProcFs
 from gputally.probes.engines import discover
 from gputally.probes.engines.discover import Discovery, unit_of
 from gputally.probes.engines.model import Endpoint
-from gputally.probes.engines.netns import NetnsError, connect_for, connect_in
+from gputally.probes.engines.netns import Namespaces, NetnsError, connect_in
 from gputally.probes.engines.procnet import listening, parse_tcp, socket_inodes
 from tests.probes.engines.pods import CGROUP_ROOT, GPU, SERVER, PodCgroup, Reader, exposition, process_entity
 
@@ -63,11 +64,35 @@ async def test_the_setns_connect_reads_an_engine_only_its_namespace_can_reach(po
     [container] = walker().scan([process_entity(gpu.pid)])
     [endpoint] = container.endpoints
 
-    reading = await Reader()(endpoint, connect_for(endpoint))
+    namespaces = Namespaces()
+    try:
+        readings = [await Reader()(endpoint, namespaces.connect_for(endpoint)) for _ in range(3)]
+        assert namespaces.threads == 1  # one thread lives in the namespace and serves every read
+        with pytest.raises(ConnectionRefusedError):  # from the probe's own namespace nothing listens there
+            await Reader()(endpoint, namespaces.connect_for(Endpoint(host=endpoint.host, port=port)))
+    finally:
+        namespaces.close()
 
-    assert [p.value for p in reading.points if p.metric.name == "gputally.inference.tokens"] == [4242]
-    with pytest.raises(ConnectionRefusedError):  # from the probe's own namespace nothing listens there
-        await Reader()(endpoint, connect_for(Endpoint(host=endpoint.host, port=port)))
+    for reading in readings:
+        assert [p.value for p in reading.points if p.metric.name == "gputally.inference.tokens"] == [4242]
+
+
+async def test_a_namespace_thread_ends_when_idle_and_a_new_one_serves_later(pod: PodCgroup, tmp_path: Path) -> None:
+    gpu = pod.gpu_process()
+    pod.server(free_port(), exposition=exposition(tmp_path), netns=True)
+    [container] = walker().scan([process_entity(gpu.pid)])
+    [endpoint] = container.endpoints
+    namespaces = Namespaces(idle_s=0.05)
+    try:
+        await Reader()(endpoint, namespaces.connect_for(endpoint))
+        for _ in range(100):
+            if not namespaces.threads:
+                break
+            await asyncio.sleep(0.02)
+        assert namespaces.threads == 0
+        await Reader()(endpoint, namespaces.connect_for(endpoint))
+    finally:
+        namespaces.close()
 
 
 async def test_a_namespace_that_cannot_be_entered_says_why() -> None:
