@@ -146,6 +146,7 @@ class EngineReads:
         for n, target in enumerate(wanted):
             outcome = self._outcome(target)
             container = containers.get(target.container) if target.container is not None else None
+            entity: Entity | None
             if target.explicit is not None:
                 known = context.explicit.get(n) if context is not None else None
                 entity = self._entity(target, outcome, known, cycle.time_ns)
@@ -256,11 +257,11 @@ class EngineReads:
         for container in containers.values():
             for endpoint in container.endpoints:
                 key = (container.key, endpoint.host, endpoint.port, endpoint.path)
-                target = keep.get(key)
-                if target is None:
+                held = keep.get(key)
+                if held is None:
                     keep[key] = _Target(endpoint=endpoint, container=container.key)
-                elif target.endpoint != endpoint:  # another pid of the container holds it now
-                    target.endpoint = endpoint
+                elif held.endpoint != endpoint:  # another pid of the container holds it now
+                    held.endpoint = endpoint
         self._found = keep
         self._present = set(containers)
         for target in keep.values():

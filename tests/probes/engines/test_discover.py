@@ -247,3 +247,26 @@ def test_the_container_of_a_cgroup(tmp_path: Path, text: str, key: str) -> None:
 def test_the_container_of_a_cgroup_v2(tmp_path: Path) -> None:
     unit = unit_of("0::/kubepods/pod0a1b2c3d-0000-4000-8000-000000000001/" + "e" * 64 + "\n", 7, tmp_path, v2=True)
     assert unit.directory == tmp_path / "kubepods/pod0a1b2c3d-0000-4000-8000-000000000001" / ("e" * 64)
+
+
+def test_an_engine_outside_any_container_is_found_from_its_gpu_child(tmp_path: Path) -> None:
+    """Bare metal, root cgroup: the GPU process's parents count as its container."""
+    port = free_port()
+    server = subprocess.Popen(["sh", "-c", 'sleep 600 & exec "$0" "$@"', sys.executable, str(SERVER),
+                               "--port", str(port), "--file", str(exposition(tmp_path))], stdout=subprocess.PIPE)
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == b"listening"
+        [child] = [int(p) for p in Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()]
+        entity = process_entity(child)
+        entity.attributes["process.linux.cgroup"] = "8:pids:/\n0::/"  # no container
+
+        [container] = walker().scan([entity])
+
+        assert container.key == f"pid:{child}" and server.pid in container.pids
+        assert [(e.port, e.pid, e.netns) for e in container.endpoints] == [(port, server.pid, None)]
+    finally:
+        for pid in Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split():
+            os.kill(int(pid), 9)
+        server.kill()
+        server.wait()
+        server.stdout.close()  # type: ignore[union-attr]
