@@ -178,7 +178,8 @@ class Runner:
             if self._exporter is not None:
                 await self._export(cycle)
             if self._options.once:
-                return 1 if not cycle.entities and cycle.problems else 0
+                devices = [e for e in cycle.entities if e.kind != "engine"]  # engines alone are no collection
+                return 1 if not devices and cycle.problems else 0
             every = self._options.summary_interval_s
             if every > 0 and time.monotonic() - self._last_summary >= every:
                 self._last_summary = time.monotonic()

@@ -4,6 +4,7 @@ OTLP sink (histograms, start times, ``up``, the contract's resource attributes).
 
 from __future__ import annotations
 
+import ctypes.util
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -104,3 +105,11 @@ def test_a_bad_engine_option_is_one_config_error_naming_each_fault() -> None:
     text = str(caught.value)
     for fault in ("ftp://x:1/metrics", "engine='nope'", "'colour': unknown key", "--engine-deadline"):
         assert fault in text
+
+
+@pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None, reason="this machine has NVML")
+async def test_an_engine_alone_is_no_collection_for_once(vllm: int, capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(["probe", "nvml", "--once", "--debug", "--no-engine-discovery",
+                                      "--engine", f"http://127.0.0.1:{vllm}/metrics"])
+    assert await nvml_cli.run(args, probe_interval(args)) == 1  # NVML could not be read: --once says so
+    assert "engines: 1" in capsys.readouterr().out  # the engine was read all the same
