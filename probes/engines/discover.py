@@ -85,6 +85,8 @@ def unit_of(cgroup: str, pid: int, cgroup_root: Path, *, v2: bool) -> Unit:
         return Unit(key=f"pid:{pid}", directory=None, pid=pid)
     hierarchy, path = chosen
     components = [c for c in path.split("/") if c]
+    while components and components[0] == "..":  # seen from inside a cgroup namespace (a probe in a pod,
+        components.pop(0)                         # cgroup v2): what follows the ..s is the path from the root
     cut = len(components)
     if info.kind == "kubernetes" and info.pod_uid:
         uid_forms = (info.pod_uid, info.pod_uid.replace("-", "_"))

@@ -237,9 +237,11 @@ def test_tcp_tables_parse_as_the_kernel_writes_them() -> None:
     ("8:pids:/system.slice/vllm.service\n", "cgroup:pids:/system.slice/vllm.service"),
     ("8:pids:/\n0::/\n", "pid:7"),
     ("", "pid:7"),
+    ("0::/../../kubepods/besteffort/pod0a1b2c3d-0000-4000-8000-000000000001/" + "f" * 64 + "\n",
+     "cgroup::/kubepods/besteffort/pod0a1b2c3d-0000-4000-8000-000000000001/" + "f" * 64),
 ])
 def test_the_container_of_a_cgroup(tmp_path: Path, text: str, key: str) -> None:
-    for hierarchy in ("pids", "memory"):
+    for hierarchy in ("pids", "memory", "unified"):
         (tmp_path / hierarchy).mkdir()
     assert unit_of(text, 7, tmp_path, v2=False).key == key
 
