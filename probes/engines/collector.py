@@ -93,10 +93,12 @@ class EngineReads:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], int] = time.time_ns,
         connect: Callable[[Endpoint], Connect] | None = None,
+        warn_every_s: float = 60.0,
     ) -> None:
         """``walker`` finds containers (and, with ``discover``, their candidates);
         ``connect`` gives the connection opener for an endpoint (default: from inside its
-        network namespace where it names one, through a thread of that namespace's own)."""
+        network namespace where it names one, through a thread of that namespace's own);
+        ``warn_every_s``: least time between two WARNINGs of one endpoint (one that flaps)."""
         self._read = read
         self._walker = walker
         self._processes = processes
@@ -109,7 +111,7 @@ class EngineReads:
                           for e in explicit]
         self._found: dict[tuple[str, str, int, str], _Target] = {}
         self._counters = CounterStarts(probe_start_ns=wall())
-        self._throttle = LogThrottle(log, interval=60.0, clock=clock)
+        self._throttle = LogThrottle(log, interval=warn_every_s, clock=clock)
         self._once: Once[str] = Once()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gputally-engines")
         self._scanning: asyncio.Future[_Context] | None = None

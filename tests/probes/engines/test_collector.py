@@ -33,10 +33,11 @@ def pod() -> Iterator[PodCgroup]:
 
 
 def engines(gpu_pids: list[int], read: Read, *, explicit: tuple[str, ...] = (), discover: bool = True,
-            deadline_s: float = 2.0, gpu_delay_s: float = 0.0) -> EngineCollector:
+            deadline_s: float = 2.0, gpu_delay_s: float = 0.0, warn_every_s: float = 60.0) -> EngineCollector:
     procfs = ProcFs(Path("/proc"))
     reads = EngineReads(read, walker=Discovery(processes=procfs), processes=procfs, node_name="node-a",
-                        explicit=[parse_engine(spec) for spec in explicit], discover=discover)
+                        explicit=[parse_engine(spec) for spec in explicit], discover=discover,
+                        warn_every_s=warn_every_s)
     return EngineCollector(GpuCollector(gpu_pids, delay_s=gpu_delay_s), reads, deadline_s=deadline_s)
 
 
@@ -200,3 +201,20 @@ async def test_a_failing_engine_half_leaves_the_gpu_cycle_whole(pod: PodCgroup, 
     assert [e.kind for e in cycle.entities] == ["gpu", "process"]
     assert cycle.problems == ["the engine reads failed (see the log)"]
     assert "a bug in discovery" in caplog.text
+
+
+async def test_each_failure_episode_is_one_warning(pod: PodCgroup, tmp_path: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    port = free_port()
+    collector = engines([], Reader(), explicit=(f"http://127.0.0.1:{port}/metrics",), discover=False,
+                        warn_every_s=0.0)  # no throttle: the episodes alone decide
+    caplog.set_level(logging.WARNING, logger="gputally.probes.engines")
+    for _ in range(3):
+        await collector.collect()  # nothing listens: one episode
+    server = pod.server(port, exposition=exposition(tmp_path))
+    await collector.collect()
+    pod.stop(server)
+    for _ in range(2):
+        await collector.collect()  # a second episode
+    await collector.close()
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
