@@ -9,8 +9,11 @@ the deadline. Whatever has not answered by then is given up for this cycle. The 
 waits on, nor fails for, an engine: a failed engine read is one ``gputally.inference.up`` = 0
 point, and one WARNING per endpoint per failure episode.
 
-A candidate that is not an engine (it answered no exposition) is remembered and tried again
-only after a backoff (30 s, doubling to 15 min), or when its container's processes change.
+A container's candidates are tried one after the other, best first (:mod:`.discover` ranks
+them), until one answers as an engine; its other ports (a worker's internal sockets: vLLM's
+hold a dozen) are then never touched. A candidate that is not an engine (it answered no
+exposition, or not in time) is remembered and tried again only after a backoff (30 s,
+doubling to 15 min), or when its container's processes change.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -94,11 +98,14 @@ class EngineReads:
         wall: Callable[[], int] = time.time_ns,
         connect: Callable[[Endpoint], Connect] | None = None,
         warn_every_s: float = 60.0,
+        tries_per_cycle: int = 4,
     ) -> None:
         """``walker`` finds containers (and, with ``discover``, their candidates);
         ``connect`` gives the connection opener for an endpoint (default: from inside its
         network namespace where it names one, through a thread of that namespace's own);
-        ``warn_every_s``: least time between two WARNINGs of one endpoint (one that flaps)."""
+        ``warn_every_s``: least time between two WARNINGs of one endpoint (one that flaps);
+        ``tries_per_cycle``: most candidates of one container tried per cycle."""
+        self._tries = tries_per_cycle
         self._read = read
         self._walker = walker
         self._processes = processes
@@ -116,6 +123,7 @@ class EngineReads:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gputally-engines")
         self._scanning: asyncio.Future[_Context] | None = None
         self._present: set[str] = set()
+        self._identifying: list[asyncio.Task[Any]] = []
         self.engines = 0
         """Engine entities in the last cycle (the runner's summary)."""
 
@@ -135,16 +143,26 @@ class EngineReads:
         if context is not None:
             self._update(containers)
         wanted = list(self._explicit)
-        now = self._clock()
-        for target in self._found.values():
-            if target.container in containers and (target.is_engine or target.retry_at <= now):
-                wanted.append(target)
+        wanted += [t for t in self._found.values() if t.is_engine and t.container in containers]
         for target in wanted:
             self._begin(target)
-        tasks = [t.task for t in wanted if t.task is not None]
+        identifying = self._identifications(containers)
+        self._identifying = [task for _, task, _ in identifying]
+        tasks: list[asyncio.Future[Any]] = [t.task for t in wanted if t.task is not None]
+        tasks += [task for _, task, _ in identifying]
         if tasks:
             await asyncio.wait(tasks, timeout=max(0.0, deadline - self._clock()))
         entities: list[Entity] = []
+        for container, task, trying in identifying:
+            if not task.done():
+                task.cancel()
+                if trying:  # the candidate in flight at the deadline: ruled out like one that failed
+                    self._rule_out(trying[-1], TimeoutError("no answer within the cycle's engine deadline"))
+                continue
+            found = task.result()
+            if found is not None:
+                candidate, reading = found
+                entities.append(self._settle(candidate, reading, container, cycle.time_ns))
         for n, target in enumerate(wanted):
             outcome = self._outcome(target)
             container = containers.get(target.container) if target.container is not None else None
@@ -166,6 +184,9 @@ class EngineReads:
             if target.task is not None:
                 target.task.cancel()
                 target.task = None
+        for task in self._identifying:
+            task.cancel()
+        self._identifying = []
 
     async def close(self) -> None:
         self.abandon()
@@ -270,25 +291,54 @@ class EngineReads:
             if target.is_engine and target.container is not None:
                 containers[target.container].engine_found = True
 
-    def _settle(self, target: _Target, outcome: EngineReading | BaseException, container: Container | None,
-                time_ns: int) -> Entity | None:
-        """A discovered endpoint's read: an engine's entity, or a candidate ruled out for a while."""
-        if target.is_engine or isinstance(outcome, EngineReading):
-            if not target.is_engine:
-                assert isinstance(outcome, EngineReading)
-                target.is_engine, target.engine = True, outcome.engine
-                if container is not None:
-                    container.engine_found = True
-                log.info("found %s in %s", target.label(), target.container)
-            known = None
-            if container is not None:
-                hints = container.hints.get(target.endpoint.pid or -1, {})
-                known = (hints, container.gpu_ids, container.gpu_pids)
-            return self._entity(target, outcome, known, time_ns)
+    def _identifications(self, containers: dict[str, Container]
+                         ) -> list[tuple[Container, asyncio.Task[tuple[_Target, EngineReading] | None], list[_Target]]]:
+        """One task per container with no engine yet: its due candidates, best first, tried one
+        after the other until one answers as an engine, so a container's other ports (a
+        worker's internal sockets) are never touched once its engine is known."""
+        now = self._clock()
+        started = []
+        for key, container in containers.items():
+            if container.engine_found:
+                continue
+            due = [t for e in container.endpoints
+                   if (t := self._found.get((key, e.host, e.port, e.path))) is not None
+                   and not t.is_engine and t.retry_at <= now][: self._tries]
+            if due:
+                trying: list[_Target] = []
+                started.append((container, asyncio.ensure_future(self._identify(due, trying)), trying))
+        return started
+
+    async def _identify(self, candidates: list[_Target], trying: list[_Target]) -> tuple[_Target, EngineReading] | None:
+        for target in candidates:
+            trying.append(target)
+            outcome = await self._read_one(target.endpoint)
+            if isinstance(outcome, EngineReading):
+                return target, outcome
+            self._rule_out(target, outcome)
+        return None
+
+    def _rule_out(self, target: _Target, outcome: BaseException) -> None:
+        """A candidate that is not an engine: not tried again for a while (backing off)."""
         target.backoff_s = min(_BACKOFF_MOST_S, target.backoff_s * 2 or _BACKOFF_FIRST_S)
         target.retry_at = self._clock() + target.backoff_s
-        log.debug("%s is not an engine (%s); trying again in %g s", target.label(), outcome, target.backoff_s)
-        return None
+        log.debug("%s is not an engine (%s); trying again in %g s", target.label(), _reason(outcome),
+                  target.backoff_s)
+
+    def _settle(self, target: _Target, outcome: EngineReading | BaseException, container: Container | None,
+                time_ns: int) -> Entity:
+        """A discovered engine's read (or a candidate's that answered as one): its entity."""
+        if not target.is_engine:
+            assert isinstance(outcome, EngineReading)
+            target.is_engine, target.engine = True, outcome.engine
+            if container is not None:
+                container.engine_found = True
+            log.info("found %s in %s", target.label(), target.container)
+        known = None
+        if container is not None:
+            hints = container.hints.get(target.endpoint.pid or -1, {})
+            known = (hints, container.gpu_ids, container.gpu_pids)
+        return self._entity(target, outcome, known, time_ns)
 
     def _entity(self, target: _Target, outcome: EngineReading | BaseException,
                 known: tuple[dict[str, AttrValue], tuple[str, ...], tuple[int, ...]] | None, time_ns: int) -> Entity:

@@ -8,7 +8,10 @@ process in it, and their listening TCP sockets (:mod:`.procnet`, in each process
 namespace) are the candidate endpoints. Which candidate is an engine is the collector's to find
 out, by reading it.
 
-Cost: one ``cgroup.procs`` read per container per cycle (the cgroup text of each GPU process is
+Candidates are ranked, best first: a listener not held by a GPU process, on every address or
+a non-loopback one, on a port outside the kernel's ephemeral range (so configured, not picked
+by the kernel), then by port; vLLM's API server comes before the dozen loopback ports its worker
+holds. Cost: one ``cgroup.procs`` read per container per cycle (the cgroup text of each GPU process is
 parsed once, and cached); the fds and TCP tables are scanned only when a container's set of
 processes changed, or, while none of its candidates is an engine yet, every ``rescan_s``
 (an engine listens only once its model is loaded). Blocking: the collector runs
@@ -161,6 +164,7 @@ class Discovery:
         self._max_endpoints = max_endpoints
         self._clock = clock
         self._own = own_netns()
+        self._ephemeral = _ephemeral_range(self._proc_root)
         self._units: dict[str, Unit] = {}
         """cgroup text (and pid, for the root cgroup) -> its unit: parsed once."""
         self._containers: dict[str, Container] = {}
@@ -280,7 +284,14 @@ class Discovery:
                     known = listeners.get((host, port))
                     if known is None or pid < known.pid:
                         listeners[(host, port)] = Listener(host=host, port=port, inode=inode, pid=pid, netns=namespace)
-        chosen = sorted(listeners.values(), key=lambda item: (item.port, item.host))
+        gpu = set(container.gpu_pids)
+        low, high = self._ephemeral
+        chosen = sorted(listeners.values(), key=lambda item: (
+            item.pid in gpu,                       # an engine's server is seldom its GPU worker (vLLM, TGI)
+            _loopback(item.host),                  # a served port is usually on every address or the pod IP
+            low <= item.port <= high,              # a port chosen by the kernel is an internal socket
+            item.port, item.host,
+        ))
         if len(chosen) > self._max_endpoints and self._once.first(f"many:{container.key}"):
             log.warning("engine discovery: %s listens on %d ports; only the lowest %d are tried",
                         container.key, len(chosen), self._max_endpoints)
@@ -303,6 +314,19 @@ class Discovery:
         except Exception:  # hints are best effort
             log.debug("pid %d: its /proc facts could not be read", pid, exc_info=True)
             return None
+
+
+def _loopback(host: str) -> bool:
+    return host.startswith("127.") or host == "::1"
+
+
+def _ephemeral_range(proc_root: Path) -> tuple[int, int]:
+    """The ports the kernel hands out to sockets bound to port 0 (``ip_local_port_range``)."""
+    try:
+        low, high = (proc_root / "sys" / "net" / "ipv4" / "ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def _numbers(text: str) -> set[int]:

@@ -88,7 +88,7 @@ async def test_an_engine_in_a_pod_network_is_found_from_its_gpu_process_and_read
     gpu = pod.gpu_process()  # the process on the GPU listens on nothing (vLLM's worker)
     port, other = free_port(), free_port()
     server = pod.server(port, exposition=exposition(tmp_path, tokens=5), netns=True)  # the API server
-    pod.server(other, mode="notfound", netns=True)  # a listener that is no engine
+    pod.server(other, mode="notfound", netns=True, host="0.0.0.0")  # no engine, and ranked first: tried first
     reader = Reader()
     collector = engines([gpu.pid], reader)
 
@@ -119,12 +119,12 @@ async def test_a_changed_container_is_tried_afresh(pod: PodCgroup, tmp_path: Pat
     assert reader.reads == {("127.0.0.1", other): 1}
 
     port = free_port()
-    pod.server(port, exposition=exposition(tmp_path))  # a new process: the container changed
+    pod.server(port, exposition=exposition(tmp_path), host="0.0.0.0")  # a new process: the container changed
     cycle = await collector.collect()
     await collector.close()
 
     assert [e.attributes["server.port"] for e in cycle.entities if e.kind == "engine"] == [port]
-    assert reader.reads == {("127.0.0.1", other): 2, ("127.0.0.1", port): 1}
+    assert reader.reads == {("127.0.0.1", other): 1, ("127.0.0.1", port): 1}  # found at once, ranked first
 
 
 async def test_a_hung_engine_costs_one_bounded_wait_and_one_warning(
@@ -218,3 +218,19 @@ async def test_each_failure_episode_is_one_warning(pod: PodCgroup, tmp_path: Pat
         await collector.collect()  # a second episode
     await collector.close()
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
+
+
+async def test_once_a_container_engine_is_found_its_other_ports_are_left_alone(pod: PodCgroup, tmp_path: Path) -> None:
+    gpu = pod.gpu_process()
+    port, internal = free_port(), free_port()
+    pod.server(port, exposition=exposition(tmp_path), host="0.0.0.0")  # the served port: ranked first
+    pod.server(internal, mode="silent")  # a worker's internal loopback socket, which must not be poked
+    reader = Reader()
+    collector = engines([gpu.pid], reader, deadline_s=0.5)
+
+    for _ in range(3):
+        cycle = await collector.collect()
+        assert [e.attributes["server.port"] for e in cycle.engines()] == [port]
+    await collector.close()
+
+    assert reader.reads == {("127.0.0.1", port): 3}

@@ -272,3 +272,15 @@ def test_an_engine_outside_any_container_is_found_from_its_gpu_child(tmp_path: P
         server.kill()
         server.wait()
         server.stdout.close()  # type: ignore[union-attr]
+
+
+def test_candidates_are_ranked_served_ports_first(pod: PodCgroup, tmp_path: Path) -> None:
+    worker = pod.server(free_port(), mode="notfound")  # a GPU process that listens (a worker's socket)
+    loopback = pod.server(free_port(), mode="notfound")
+    wildcard_port = free_port()
+    pod.server(wildcard_port, mode="notfound", host="0.0.0.0")
+
+    [container] = walker().scan([process_entity(worker.pid)])
+
+    assert [e.pid for e in container.endpoints][1:] == [loopback.pid, worker.pid]
+    assert container.endpoints[0].port == wildcard_port
