@@ -153,7 +153,7 @@ class EngineReads:
         if tasks:
             await asyncio.wait(tasks, timeout=max(0.0, deadline - self._clock()))
         entities: list[Entity] = []
-        for container, task, trying in identifying:
+        for home, task, trying in identifying:
             if not task.done():
                 task.cancel()
                 if trying:  # the candidate in flight at the deadline: ruled out like one that failed
@@ -162,7 +162,7 @@ class EngineReads:
             found = task.result()
             if found is not None:
                 candidate, reading = found
-                entities.append(self._settle(candidate, reading, container, cycle.time_ns))
+                entities.append(self._settle(candidate, reading, home, cycle.time_ns))
         for n, target in enumerate(wanted):
             outcome = self._outcome(target)
             container = containers.get(target.container) if target.container is not None else None
