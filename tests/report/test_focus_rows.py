@@ -181,3 +181,24 @@ def test_parquet_without_pyarrow_says_how_to_get_it(tmp_path: Path, monkeypatch:
     with pytest.raises(UsageError, match=r"pip install 'gputally\[parquet\]'"):
         focus_write.write_parquet(focus.rows([period(scene())]), tmp_path / "focus.parquet")
     assert not (tmp_path / "focus.parquet").exists()
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("--format", "focus-parquet"), "gputally: --format focus-parquet writes a file: add --output FILE.parquet\n"),
+    (("job", "42", "--format", "focus"), "gputally: report job/pod writes table or json, not focus\n"),
+    (("--format", "csv", "--output", "x.csv"),
+     "gputally: --output is for --format focus or focus-parquet; --format csv writes to stdout\n"),
+])
+def test_export_arguments_that_cannot_be_honoured_fail_before_asking_prometheus(args: tuple[str, ...],
+                                                                                 says: str) -> None:
+    from tests.report.support import report
+
+    result = report("--prometheus", "http://127.0.0.1:9", *args)  # nothing listens there
+    assert (result.code, result.err, result.out) == (2, says, "")
+
+
+def test_decimals_are_checked_by_the_parser() -> None:
+    from tests.report.support import report
+
+    result = report("--prometheus", "http://127.0.0.1:9", "--format", "focus", "--decimals", "13")
+    assert result.code == 2 and "13 is not between 0 and 12" in result.err

@@ -198,6 +198,8 @@ def _report(args: argparse.Namespace, err: TextIO) -> str:
         raise UsageError(f"report pod {args.name}: expected NAMESPACE/NAME or the pod's UID")
     if args.view is not None and args.format not in ("table", "json"):  # before asking Prometheus
         raise UsageError(f"report job/pod writes table or json, not {args.format}")
+    if args.output is not None and args.format not in exports.FORMATS:
+        raise UsageError(f"--output is for --format focus or focus-parquet; --format {args.format} writes to stdout")
     rng = resolve(since=args.since, start=args.start, end=args.end)
     chunk = _duration("--chunk", args.chunk)
     lookback = _duration("--lookback", args.lookback)
