@@ -109,6 +109,7 @@ def test_allocated_gpu_seconds_equal_sacct_per_job(slurm_cluster: SlurmCluster, 
         assert compared.out.rstrip().endswith("3 jobs agree with sacct within 2 s per GPU and job boundary"), \
             compared.out
         assert all(str(i) in compared.out for i in ids)
+    print(compared.out)
 
     # Books that disagree: sacct saying the first job ran 10 s longer than it did.
     longer = json.loads(json.dumps(booked))
