@@ -11,6 +11,7 @@ for everything that goes wrong at run time (see `errors`).
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import re
 import sys
@@ -21,7 +22,7 @@ from typing import TextIO
 from gputally.config.types import ClientTLSSettings
 from gputally.errors import ConfigError
 
-from . import queries, render, render_served, served, table, workload
+from . import exports, queries, render, render_served, served, table, workload
 from .errors import NoData, ReportError, UsageError
 from .prometheus import Prometheus
 from .timerange import Range, format_time, parse_days_duration, resolve
@@ -81,7 +82,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     output.add_argument("--by", choices=(*table.BY, "served-model"), default="owner",
                         help="the table's rows (default owner); served-model: tokens and GPU-s, J and cost per 1M "
                              "tokens per owner, served model and GPU model")
-    output.add_argument("--format", choices=("table", "csv", "json"), default="table", help="default table")
+    output.add_argument("--format", choices=("table", "csv", "json", *exports.FORMATS), default="table",
+                        help="default table; focus / focus-parquet: FOCUS 1.3 cost and usage rows")
+    exports.add_arguments(parser)
     notes = parser.add_argument_group("notes of `report job` / `report pod` (defaults: the usage processor's summary)")
     defaults = workload.Thresholds()
     notes.add_argument("--low-utilization", type=_share, default=defaults.low_utilization, metavar="SHARE",
@@ -104,8 +107,12 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
     """The command: 0, or the error's exit status after one line on stderr."""
     out = out or sys.stdout
     err = err or sys.stderr
+    code = 0
     try:
-        text = _report(args, err)
+        if getattr(args, "compare_sacct", None):
+            text, code = _compare(args, err)
+        else:
+            text = _report(args, err)
     except ReportError as exc:
         print(f"gputally: {exc}", file=err)
         return exc.exit_code
@@ -113,8 +120,8 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
         out.write(text)
         out.flush()
     except BrokenPipeError:  # `gputally report | head`
-        return 0
-    return 0
+        return code
+    return code
 
 
 def _duration(flag: str, text: str) -> float:
@@ -191,8 +198,10 @@ def _report(args: argparse.Namespace, err: TextIO) -> str:
         raise UsageError(f"report {args.view} needs a {'job id' if args.view == 'job' else 'NAMESPACE/NAME'}")
     if args.view == "pod" and args.name.count("/") > 1:
         raise UsageError(f"report pod {args.name}: expected NAMESPACE/NAME or the pod's UID")
-    if args.view is not None and args.format == "csv":  # before asking Prometheus: a usage error either way
-        raise UsageError("report job/pod writes table or json, not csv")
+    if args.view is not None and args.format not in ("table", "json"):  # before asking Prometheus
+        raise UsageError(f"report job/pod writes table or json, not {args.format}")
+    if args.output is not None and args.format not in exports.FORMATS:
+        raise UsageError(f"--output is for --format focus or focus-parquet; --format {args.format} writes to stdout")
     rng = resolve(since=args.since, start=args.start, end=args.end)
     chunk = _duration("--chunk", args.chunk)
     lookback = _duration("--lookback", args.lookback)
@@ -205,6 +214,14 @@ def _report(args: argparse.Namespace, err: TextIO) -> str:
             owner = _pod_uid(client, rng, lookback, owner)
         selector = queries.Selector(((queries.OWNER_KIND, kind), (queries.OWNER_ID, owner)))
     progress = _Progress(err)
+    if args.view is None and args.format in exports.FORMATS:
+        try:
+            rows, text = exports.export(args, client, rng, lookback=lookback, progress=progress)
+        finally:
+            progress.close()
+        if not rows:
+            _nothing(client, rng, lookback, args)
+        return text
     if args.view is None and args.by == "served-model":
         try:
             found = served.fetch(client, rng, chunk=chunk, lookback=lookback, progress=progress)
@@ -235,6 +252,23 @@ def _report(args: argparse.Namespace, err: TextIO) -> str:
     if args.format == "json":
         return render.workload_json(view, rng)
     return render.workload_text(view, rng)
+
+
+def _compare(args: argparse.Namespace, err: TextIO) -> tuple[str, int]:
+    """``--compare-sacct``: the table of jobs, and 1 when one differs past the tolerance."""
+    if args.view is not None:
+        raise UsageError("--compare-sacct compares every job of the range: drop `job`/`pod`")
+    rng = resolve(since=args.since, start=args.start, end=args.end)
+    chunk = _duration("--chunk", args.chunk)
+    lookback = _duration("--lookback", args.lookback)
+    client = _client(args)
+    progress = _Progress(err)
+    text = io.StringIO()
+    try:
+        code = exports.compare_sacct(args, client, rng, chunk=chunk, lookback=lookback, progress=progress, out=text)
+    finally:
+        progress.close()
+    return text.getvalue(), code
 
 
 def _pod_uid(client: Prometheus, rng: Range, lookback: float, name: str) -> str:
