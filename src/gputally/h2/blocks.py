@@ -35,21 +35,20 @@ def unpad(payload: memoryview) -> memoryview:
 class HeaderBlocks:
     """The block awaiting CONTINUATION, if one is."""
 
-    __slots__ = ("_block", "_max_bytes", "_max_frames")
+    __slots__ = ("_block", "_max_bytes", "_max_frames", "pending")
 
     def __init__(self, limits: Limits) -> None:
         self._max_bytes = 2 * limits.max_header_list_size
         self._max_frames = limits.max_continuation_frames
         # stream, HEADERS flags, parts, bytes, frames, stream error
         self._block: tuple[int, int, list[bytes], int, int, str | None] | None = None
-
-    @property
-    def pending(self) -> bool:
-        """A block awaits CONTINUATION: no other frame may come before it ends."""
-        return self._block is not None
+        self.pending = False
+        """A block awaits CONTINUATION: no other frame may come before it ends (an attribute,
+        not a property: the core reads it for every frame)."""
 
     def clear(self) -> None:
         self._block = None
+        self.pending = False
 
     def headers(self, stream_id: int, flags: int, payload: memoryview) -> Block | None:
         """A HEADERS frame: its whole block, or None when CONTINUATIONs must follow."""
@@ -69,6 +68,7 @@ class HeaderBlocks:
             raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, "a header block beyond twice the allowed size",
                                 limit="max_header_list_size")
         self._block = (stream_id, flags, [bytes(payload)], size, 0, problem)
+        self.pending = True
         return None
 
     def continuation(self, stream_id: int, flags: int, payload: memoryview) -> Block | None:
@@ -88,6 +88,7 @@ class HeaderBlocks:
         parts.append(bytes(payload))
         if flags & _END_HEADERS:
             self._block = None
+            self.pending = False
             return stream_id, first_flags, b"".join(parts), problem
         self._block = (stream_id, first_flags, parts, size, count, problem)
         return None
