@@ -2,7 +2,10 @@
 
 Answers are written in the request's content type, errors as a ``google.rpc.Status``
 (OTLP spec, "OTLP/HTTP Response"). Compressed bodies are inflated here, not by aiohttp, so
-the size limit holds after decompression too and a zip bomb costs at most the limit.
+the size limit holds after decompression too and a zip bomb costs at most the limit: the
+first MiB on the event loop (a usual request needs no more), the rest in a thread, at most
+``INFLATE_THREADS`` requests of the listener at once, so a stream of bombs neither holds the
+loop nor more than that many limits' worth of memory.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from gputally.endpoint import describe_bind_error, host_port, split_endpoint
 from gputally.errors import ConfigError, InvalidRequest
+from gputally.h2.grpc import INLINE_INFLATE, Inflater, MessageTooLarge
 from gputally.otlp import json as otlp_json
 from gputally.otlp.batch import Batch
 from gputally.otlp.signals import SIGNALS, Signal
@@ -36,6 +40,8 @@ log = logging.getLogger(__name__)
 
 _SETTING = "max_request_body_size"
 _WBITS = {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
+INFLATE_THREADS = 2
+"""Requests of one listener inflating in threads at once; more wait their turn."""
 
 
 class Encoding(enum.Enum):
@@ -73,6 +79,7 @@ class HTTPServer:
         self._runner: web.AppRunner | None = None
         self._address: str | None = None
         self._malformed = MalformedRequests(name=name, registry=registry)
+        self._inflating = asyncio.Semaphore(INFLATE_THREADS)
 
     @property
     def address(self) -> str | None:
@@ -175,6 +182,21 @@ class HTTPServer:
 
         return expect
 
+    async def _inflate(self, data: bytes, wbits: int, limit: int) -> bytes | None:
+        """``data`` decompressed (one or more members), or None once it exceeds ``limit`` bytes;
+        in bounded steps, past the first MiB in a thread and at most ``INFLATE_THREADS`` at once."""
+        inflater = Inflater(data, keep=limit, limit=limit, wbits=wbits, members=True)
+        try:
+            inflater.run(INLINE_INFLATE)
+            if not inflater.done:
+                async with self._inflating:
+                    await asyncio.to_thread(inflater.run, limit + 1)
+        except MessageTooLarge:
+            return None
+        except ValueError as exc:
+            raise InvalidRequest(f"cannot decompress the request body: {exc}") from exc
+        return inflater.message
+
     async def _read_body(self, request: web.Request) -> bytes | Failure | web.Response:
         """The inflated body, or why it cannot be had (too large, bad compression), or the
         answer to a client that sent it too slowly or went away."""
@@ -203,27 +225,12 @@ class HTTPServer:
         if coding not in _WBITS:
             return Failure.unsupported_media(f"Content-Encoding {coding!r} is not supported; use gzip, deflate or none")
         try:
-            inflated = _inflate(raw, _WBITS[coding], limit)
+            inflated = await self._inflate(raw, _WBITS[coding], limit)
         except InvalidRequest as exc:
             return Failure.invalid(str(exc))
         return inflated if inflated is not None else Failure.too_large(None, limit, f"{_SETTING}, after decompression")
 
 
-def _inflate(data: bytes, wbits: int, limit: int) -> bytes | None:
-    """Decompress ``data`` (one or more members), or None as soon as it exceeds ``limit`` bytes."""
-    out = bytearray()
-    while data:
-        inflater = zlib.decompressobj(wbits)
-        try:
-            out += inflater.decompress(data, limit + 1 - len(out))  # never 0: that means "no limit"
-        except zlib.error as exc:
-            raise InvalidRequest(f"cannot decompress the request body: {exc}") from exc
-        if len(out) > limit or inflater.unconsumed_tail:
-            return None
-        if not inflater.eof:
-            raise InvalidRequest("the compressed request body is truncated")
-        data = inflater.unused_data
-    return bytes(out)
 
 
 def _decode(intake: Intake, signal: Signal, body: bytes, encoding: Encoding) -> Batch:

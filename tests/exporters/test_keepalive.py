@@ -23,8 +23,8 @@ def test_the_key_reads_as_the_collectors() -> None:
 async def test_the_native_channel_gets_it() -> None:
     target = Target("127.0.0.1:4317", ClientTLSSettings(insecure=True), (), "none", 5.0)
     transport = NativeGrpcTransport({Signal.METRICS: target}, authenticator=None, retry=RetrySettings())
-    assert (await transport._open(target))._limits.keepalive_time == 0  # absent: no keepalive
+    assert (await transport._open(target)).connection_limits.keepalive_time == 0  # absent: no keepalive
     transport.keepalive = GrpcKeepalive(time=30.0, timeout=5.0)
     channel = await transport._open(target)
-    assert (channel._limits.keepalive_time, channel._limits.keepalive_timeout) == (30.0, 5.0)
-    assert not channel._keepalive_without_calls
+    assert (channel.connection_limits.keepalive_time, channel.connection_limits.keepalive_timeout) == (30.0, 5.0)
+    assert not channel.keepalive_without_calls

@@ -1,6 +1,7 @@
 """The sans-IO core (gputally.h2.core) on generated frame sequences, no sockets, fixed time:
 what it does does not depend on how the bytes were split, its stream accounting and limits
-hold after every read, and it never answers with much more than it was sent."""
+hold after every read, every stream moves only along the transition table
+(gputally.h2.states), and it never answers with much more than it was sent."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import hypothesis.strategies as st
 from hypothesis import given, settings
 
 from gputally.h2 import hpack as encoder
-from gputally.h2.core import Core, StreamState
+from gputally.h2.core import Core
 from gputally.h2.frames import PREFACE, ErrorCode, Flag, Setting, Type, frame
 from gputally.h2.limits import Limits
+from gputally.h2.states import LIVE, StreamState, reachable
 
 REQUEST = encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", "/a.B/C"), (":authority", "x"),
                           ("content-type", "application/grpc")])
@@ -20,31 +22,49 @@ LIMITS = Limits(max_concurrent_streams=4, max_queued_control_frames=50, reset_bu
                 max_continuation_frames=2, max_header_list_size=4096)
 
 
-class Recorder(Core):
-    """A server core that records its events and answers every request at once (half of them
-    with a message the peer's window may hold back)."""
+class Recorder:
+    """A server core's events recorded; every request is answered at once (half of them with
+    a message the peer's window may hold back) unless ``answers`` is off."""
 
-    def __init__(self) -> None:
-        super().__init__(limits=LIMITS, clock=lambda: 100.0)
+    def __init__(self, *, answers: bool = True) -> None:
+        self.core = Core(self, client=False, limits=LIMITS, clock=lambda: 100.0)
+        self.answers = answers
         self.events: list[tuple[object, ...]] = []
+        self.states: dict[int, StreamState] = {}
+        """Each stream's state when last looked at (:func:`check_invariants`)."""
 
-    def _on_headers(self, stream_id: int, headers: list[tuple[str, str]], end_stream: bool) -> None:
+    def on_headers(self, stream_id: int, headers: list[tuple[str, str]], end_stream: bool) -> None:
         self.events.append(("headers", stream_id, tuple(headers), end_stream))
-        if end_stream:
-            self.send(stream_id, b"\x88", b"x" * (stream_id % 4) * 30_000, b"\x40\x01a\x01b")
+        if end_stream and self.answers:
+            self.core.send(stream_id, b"\x88", b"x" * (stream_id % 4) * 30_000, b"\x40\x01a\x01b")
 
-    def _on_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
+    def on_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
         self.events.append(("data", stream_id, data, end_stream))
 
-    def _on_reset(self, stream_id: int, code: int) -> None:
+    def on_reset(self, stream_id: int, code: int) -> None:
         self.events.append(("reset", stream_id, code))
 
-    def _on_goaway(self, last_stream_id: int, code: int, debug: bytes) -> None:
+    def on_goaway(self, last_stream_id: int, code: int, debug: bytes) -> None:
         self.events.append(("goaway", last_stream_id, code))
 
-    def _on_headers_too_large(self, stream_id: int, size: int, end_stream: bool) -> None:
+    def on_headers_too_large(self, stream_id: int, size: int, end_stream: bool) -> None:
         self.events.append(("too large", stream_id))
-        super()._on_headers_too_large(stream_id, size, end_stream)
+        self.core.reset(stream_id, ErrorCode.REFUSED_STREAM)
+
+    def on_settings(self) -> None:
+        pass
+
+    def on_local_end(self, stream_id: int) -> None:
+        pass
+
+    def on_output(self) -> None:
+        pass
+
+    def on_terminate(self) -> None:
+        pass
+
+    def on_limit(self, limit: str, detail: str) -> None:
+        self.events.append(("limit", limit))
 
 
 def u32(value: int) -> bytes:
@@ -63,27 +83,44 @@ FRAMES = st.lists(
 )
 
 
+STREAM_IDS = range(0, 12)
+"""Every stream id FRAMES uses, and a few it does not."""
+
+
 def feed(wire: bytes, cuts: list[int]) -> Recorder:
-    core = Recorder()
-    core.initiate()
-    core.data_to_send()
+    recorder = Recorder()
+    recorder.core.initiate()
+    recorder.core.data_to_send()
+    check_invariants(recorder)
     bounds = sorted({0, len(wire), *(c % (len(wire) + 1) for c in cuts)})
     for start, end in zip(bounds, bounds[1:], strict=False):
-        core.receive(wire[start:end])
-        check_invariants(core)
-    return core
+        recorder.core.receive(wire[start:end])
+        check_invariants(recorder)
+    return recorder
 
 
-def check_invariants(core: Recorder) -> None:
-    peer = [s for s in core._streams.values() if not s.local]
-    assert core._active_peer == len(peer) <= LIMITS.max_concurrent_streams
-    assert all(s.state in (StreamState.OPEN, StreamState.HALF_CLOSED_LOCAL, StreamState.HALF_CLOSED_REMOTE)
-               for s in core._streams.values())
-    assert set(core._blocked) <= set(core._streams)
-    assert core._control_queued <= LIMITS.max_queued_control_frames
-    assert len(core._closed_streams) <= core._closed_memory
-    assert all(s.recv_window >= 0 for s in core._streams.values())
-    assert core._recv_window >= 0
+def check_invariants(recorder: Recorder) -> None:
+    """What must hold after every step: the stream accounting, the limits, and the transition
+    table's invariant: each stream's state is one the table reaches from its state at the
+    last check (a stream never goes back, never skips to a state the table cannot reach, and
+    a live one is never IDLE or CLOSED)."""
+    core = recorder.core
+    table = core.streams
+    peer = [s for s in table.live.values() if not s.local]
+    assert table.active_peer == len(peer) <= LIMITS.max_concurrent_streams
+    assert all(s.state in LIVE for s in table.live.values())
+    assert all(isinstance(s.state, StreamState) for s in table.live.values())  # the enum, never a bare int
+    assert set(core._sender.blocked) <= set(table.live)
+    assert core.answers_owed <= LIMITS.max_queued_control_frames
+    assert len(table.closed) <= table.memory
+    assert not set(table.closed) & set(table.live)
+    assert all(s.recv_window >= 0 for s in table.live.values())
+    assert core._reader.recv_window >= 0
+    for stream_id in STREAM_IDS:
+        now = core.stream_state(stream_id)
+        before = recorder.states.get(stream_id, StreamState.IDLE)
+        assert now in reachable(before), f"stream {stream_id} went from {before.name} to {now.name}"
+        recorder.states[stream_id] = now
 
 
 @settings(max_examples=400, deadline=None)
@@ -92,8 +129,10 @@ def test_the_split_of_the_bytes_changes_nothing(frames: list[bytes], cuts: list[
     wire = PREFACE + b"".join(frames)
     whole, split = feed(wire, []), feed(wire, cuts)
     assert whole.events == split.events
-    assert whole.data_to_send() == split.data_to_send()
-    assert (whole.closed, whole.error and whole.error.code) == (split.closed, split.error and split.error.code)
+    assert whole.core.data_to_send() == split.core.data_to_send()
+    assert (whole.core.closed, whole.core.error and whole.core.error.code) == (
+        split.core.closed, split.core.error and split.core.error.code)
+    assert whole.states == split.states
 
 
 @settings(max_examples=300, deadline=None)
@@ -101,16 +140,15 @@ def test_the_split_of_the_bytes_changes_nothing(frames: list[bytes], cuts: list[
 def test_control_answers_never_outgrow_what_the_peer_sent(frames: list[bytes]) -> None:
     """No amplification from the protocol itself: beyond the answers to requests (which the
     handler chose), what the core writes is at most about what it read."""
-    core = Recorder()
-    core.send = lambda *args, **kwargs: None  # type: ignore[method-assign]  # no handler answers
+    recorder = Recorder(answers=False)
     wire = PREFACE + b"".join(frames)
-    core.receive(wire)
-    check_invariants(core)
-    assert len(core.data_to_send()) <= 2 * len(wire) + 300  # a GOAWAY carries up to 256 bytes of debug
+    recorder.core.receive(wire)
+    check_invariants(recorder)
+    assert len(recorder.core.data_to_send()) <= 2 * len(wire) + 300  # a GOAWAY carries up to 256 bytes of debug
 
 
 def test_streams_go_through_the_rfc_states() -> None:
-    core = Recorder()
+    core = Recorder().core
     core.receive(PREFACE + frame(Type.HEADERS, Flag.END_HEADERS, 1, REQUEST))
     assert core.stream_state(1) is StreamState.OPEN
     assert core.stream_state(3) is StreamState.IDLE
@@ -124,16 +162,16 @@ def test_streams_go_through_the_rfc_states() -> None:
 
 
 def test_the_concurrent_stream_limit_counts_streams_until_closed() -> None:
-    core = Recorder()
+    core = Recorder().core
     core.receive(PREFACE + frame(Type.SETTINGS, 0, 0, struct.pack(">HI", Setting.INITIAL_WINDOW_SIZE, 0)))
     for stream in range(1, 13, 2):  # answers wait on a zero window: the streams stay half-closed
         core.receive(frame(Type.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, stream, REQUEST))
-    assert core._active_peer == LIMITS.max_concurrent_streams
+    assert core.streams.active_peer == LIMITS.max_concurrent_streams
     assert b"".join(frame(Type.RST_STREAM, 0, s, u32(ErrorCode.REFUSED_STREAM)) for s in (9, 11)) in core.data_to_send()
 
 
 def test_reset_rate_ends_the_connection() -> None:
-    core = Recorder()
+    core = Recorder().core
     core.receive(PREFACE)
     for stream in range(1, 2 * LIMITS.reset_burst + 6, 2):
         core.receive(frame(Type.HEADERS, Flag.END_HEADERS, stream, REQUEST) + frame(Type.RST_STREAM, 0, stream, u32(8)))

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from gputally.h2 import Method, Server
 from gputally.h2 import hpack as encoder
 from gputally.h2.frames import PREFACE, Flag, Type, frame
-from gputally.h2.server import _ServerConnection
+from gputally.h2.serving import ServerConnection
 
 PATH = "/test.Echo/Echo"
 REQUEST = encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", PATH), (":authority", "x"),
@@ -74,7 +74,7 @@ async def echo(request: bytes, metadata: object) -> bytes:
     return request[::-1]
 
 
-async def answers_a_call(connection: _ServerConnection, transport: Transport, stream: int) -> bool:
+async def answers_a_call(connection: ServerConnection, transport: Transport, stream: int) -> bool:
     """True once the call's answer is written (or the connection closed for an earlier error)."""
     before = len(transport.out)
     connection.data_received(frame(Type.HEADERS, Flag.END_HEADERS, stream, REQUEST)
@@ -89,7 +89,7 @@ async def answers_a_call(connection: _ServerConnection, transport: Transport, st
 def test_any_input_is_handled(chunks: list[bytes], split: int) -> None:
     async def run() -> None:
         server = Server({PATH: Method(echo)}, max_receive_message_length=1024)
-        connection = _ServerConnection(server)
+        connection = ServerConnection(server)
         transport = Transport()
         connection.connection_made(transport)
         wire = PREFACE + b"".join(chunks)
@@ -99,7 +99,7 @@ def test_any_input_is_handled(chunks: list[bytes], split: int) -> None:
                 break
         await asyncio.sleep(0)
         stream = connection._last_stream + 2  # the next stream the client may open
-        if not transport.closing and not connection._buffer and stream < 2**31:  # between frames
+        if not transport.closing and not connection.h2.unread and stream < 2**31:  # between frames
             assert await answers_a_call(connection, transport, stream)
         connection.connection_lost(None)
         await asyncio.sleep(0)
@@ -112,7 +112,7 @@ def test_a_well_formed_call_through_the_fuzz_harness_is_answered() -> None:
 
     async def run() -> bytes:
         server = Server({PATH: Method(echo)}, max_receive_message_length=1024)
-        connection = _ServerConnection(server)
+        connection = ServerConnection(server)
         transport = Transport()
         connection.connection_made(transport)
         connection.data_received(PREFACE + frame(Type.SETTINGS, 0, 0, b""))
@@ -126,7 +126,7 @@ def test_a_well_formed_call_through_the_fuzz_harness_is_answered() -> None:
 @pytest.mark.parametrize("size", [0, 1, 8, 9, 23])
 async def test_a_truncated_preface_waits(size: int) -> None:
     server = Server({PATH: Method(echo)}, max_receive_message_length=1024)
-    connection = _ServerConnection(server)
+    connection = ServerConnection(server)
     transport = Transport()
     connection.connection_made(transport)
     connection.data_received(PREFACE[:size])

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gputally.h2 import hpack as encoder
-from gputally.h2.connection import Connection
+from gputally.h2.hpack import MEMO_BYTES, Memo
 
 NAMES = st.sampled_from([":status", "content-type", "grpc-status", "grpc-message", "x-a", "x-b", "user-agent"])
 VALUES = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=300)
@@ -23,16 +23,16 @@ def test_literal_blocks_decode_to_what_was_encoded(headers: list[tuple[str, str]
 
 
 def test_the_memo_forgets_when_the_table_changes() -> None:
-    connection = Connection()
+    memo = Memo(max_header_list_size=128 * 1024)
     peer = hpack.Encoder()
     first = peer.encode([("x-a", "1")])  # literal with incremental indexing: x-a at index 62
-    assert connection._decode(first) == [("x-a", "1")]
+    assert memo.decode(first)[0] == [("x-a", "1")]
     indexed = bytes([0x80 | 62])
-    assert connection._decode(indexed) == [("x-a", "1")]
-    assert indexed in connection._decoded
-    connection._decode(peer.encode([("x-b", "2")]))  # now x-b is 62 and x-a 63
-    assert connection._decode(indexed) == [("x-b", "2")]
-    assert connection._decode(bytes([0x80 | 63])) == [("x-a", "1")]
+    assert memo.decode(indexed)[0] == [("x-a", "1")]
+    assert indexed in memo
+    memo.decode(peer.encode([("x-b", "2")]))  # now x-b is 62 and x-a 63
+    assert memo.decode(indexed)[0] == [("x-b", "2")]
+    assert memo.decode(bytes([0x80 | 63]))[0] == [("x-a", "1")]
 
 
 @given(st.lists(st.lists(st.tuples(st.sampled_from(["x-a", "x-b", "x-c", "grpc-status"]),
@@ -42,10 +42,10 @@ def test_memoised_decoding_equals_plain_decoding(blocks: list[list[tuple[str, st
     gives other headers than a fresh decoder would."""
     peer = hpack.Encoder()
     peer.header_table_size = 128  # small: entries are evicted and indices shift
-    connection, plain = Connection(), hpack.Decoder()
+    memo, plain = Memo(max_header_list_size=128 * 1024), hpack.Decoder()
     for headers in blocks:
         block = peer.encode(headers)
-        assert [tuple(h) for h in connection._decode(block)] == [tuple(h) for h in plain.decode(block)]
+        assert [tuple(h) for h in memo.decode(block)[0]] == [tuple(h) for h in plain.decode(block)]
 
 
 FIELDS = st.lists(st.tuples(st.sampled_from(["x-a", "x-b", "grpc-status", "content-type", ":path"]),
@@ -83,27 +83,27 @@ def test_memoised_decoding_equals_plain_decoding_for_every_representation(
     decoder would."""
     peer = hpack.Encoder()
     peer.header_table_size = 256
-    connection, plain = Connection(), hpack.Decoder()
+    memo, plain = Memo(max_header_list_size=128 * 1024), hpack.Decoder()
     for headers, way in blocks * 2:
         block = _encode(peer, headers, way)
-        assert [tuple(h) for h in connection._decode(block)] == [tuple(h) for h in plain.decode(block)]
+        assert [tuple(h) for h in memo.decode(block)[0]] == [tuple(h) for h in plain.decode(block)]
 
 
 def test_the_memo_is_bounded_in_bytes() -> None:
     """Literal-only blocks are remembered too, so a peer's large ones must not make a
     connection hold much: the memo keeps at most 64 KiB of blocks and headers."""
-    connection = Connection()
+    memo = Memo(max_header_list_size=128 * 1024)
     for i in range(200):
         block = encoder.encode([("x-big", f"{i:05d}" + "v" * 3000)])
-        assert connection._decode(block)[0][1].startswith(f"{i:05d}")
-        assert connection._memo_bytes <= 64 * 1024
-        assert sum(len(b) + size for b, (_, size) in connection._decoded.items()) == connection._memo_bytes
+        assert memo.decode(block)[0][0][1].startswith(f"{i:05d}")
+        assert memo.held <= MEMO_BYTES
+        assert sum(len(b) + size for b, (_, size) in memo._decoded.items()) == memo.held
     small = encoder.encode([("grpc-status", "0")])
-    assert connection._decode(small) == [("grpc-status", "0")]
-    assert small in connection._decoded
+    assert memo.decode(small)[0] == [("grpc-status", "0")]
+    assert small in memo
     huge = encoder.encode([("x-huge", "v" * 70_000)])
-    connection._decode(huge)
-    assert huge not in connection._decoded and small in connection._decoded
+    memo.decode(huge)
+    assert huge not in memo and small in memo
 
 
 @pytest.mark.parametrize("value", [0, 14, 15, 126, 127, 128, 300, 70_000])

@@ -398,7 +398,7 @@ async def test_headers_after_the_request_ended_reset_the_stream(server: tuple[Se
 
 async def test_a_connection_that_never_speaks_is_closed(server: tuple[Server, int],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from gputally.h2 import server as module
+    from gputally.h2 import serving as module
 
     monkeypatch.setattr(module, "PREFACE_TIMEOUT", 0.2)
     _, port = server

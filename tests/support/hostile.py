@@ -15,7 +15,7 @@ import pytest
 from gputally.h2 import Server
 from gputally.h2 import hpack as encoder
 from gputally.h2.frames import PREFACE, Flag, Type, frame, settings
-from gputally.h2.server import _Budget
+from gputally.h2.calls import _Budget
 
 __all__ = ["ECHO", "Hostile", "held_bytes", "loop_lag", "request_block", "still_serves", "warned"]
 
@@ -32,9 +32,7 @@ def held_bytes(server: Server) -> int:
     taken by the socket, answers waiting in streams, and request bodies buffered."""
     total = _Budget.held
     for connection in server._connections:
-        total += len(connection._buffer) + connection._out_size + connection._transport_backlog()
-        for stream in connection._streams.values():
-            total += sum(len(part) for _, part, _ in stream.pending)
+        total += connection.h2.held_bytes() + connection._transport_backlog()
     return total
 
 

@@ -2,10 +2,13 @@
 fraction of grpc.aio's cost per call (``bench/grpc_floor.py``).
 
 gputally's own implementation, used by the ``otlp`` receiver and exporter unless their
-``implementation`` says ``grpcio``: framing, settings and flow control (:mod:`.connection`),
-header blocks (:mod:`.hpack`, decoding by the ``hpack`` library), gRPC's message and status
-rules (:mod:`.grpc`), a server (:mod:`.server`) and a reconnecting client channel
-(:mod:`.client`).
+``implementation`` says ``grpcio``. A sans-IO protocol core (:mod:`.core`: frames routed,
+:mod:`.receive` and :mod:`.send` each way, streams moved only by the transition table of
+:mod:`.states`, :mod:`.streams`, header blocks in :mod:`.blocks` and :mod:`.hpack`, request checks
+in :mod:`.validation`) under a thin asyncio shell (:mod:`.connection`) that hears it through
+:mod:`.events`; gRPC's message and status rules (:mod:`.grpc`), a server (:mod:`.server`,
+:mod:`.serving`, :mod:`.calls`) and a reconnecting client channel (:mod:`.client`,
+:mod:`.client_connection`, :mod:`.target`, :mod:`.proxy`).
 """
 
 from .client import Channel, Proxy, Target, parse_target, proxy_for

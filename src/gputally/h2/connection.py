@@ -1,7 +1,9 @@
 """One HTTP/2 connection on asyncio: the protocol core (:mod:`.core`) behind a thin shell that
 owns the socket, the timers and write backpressure.
 
-The shell hands the core each read and writes what the core owes. It never lets the peer
+The shell holds its core (:attr:`Connection.h2`), hears it through the :class:`~.events.Events`
+it implements, and drives it only through the core's public methods and attributes. It hands
+the core each read and writes what the core owes. It never lets the peer
 make it hold more than it takes back: when the transport's buffer passes ``max_output_buffer``
 (asyncio's ``pause_writing``) reading from the peer stops and stream answers wait in their
 streams until ``resume_writing``; a peer that leaves our writes unread for ``write_timeout``,
@@ -21,35 +23,31 @@ import os
 import random
 import time
 
-from .core import CONNECTION_WINDOW, RECEIVE_FRAME_SIZE, STREAM_WINDOW, Core, ProtocolError, Stream, StreamError
+from .core import Core
+from .errors import ProtocolError
 from .frames import ErrorCode
 from .limits import Limits
 
-__all__ = [
-    "CONNECTION_WINDOW",
-    "MAX_HEADER_LIST_SIZE",
-    "RECEIVE_FRAME_SIZE",
-    "STREAM_WINDOW",
-    "Connection",
-    "ProtocolError",
-    "Stream",
-    "StreamError",
-]
+__all__ = ["Connection"]
 
 log = logging.getLogger(__name__)
 
 LINGER = 1.0
 """Seconds a connection closed for an error still reads (and drops) the peer's bytes."""
-MAX_HEADER_LIST_SIZE = Limits().max_header_list_size
-"""Largest decoded header list accepted by default (names, values and 32 bytes an entry)."""
 
 
-class Connection(Core, asyncio.Protocol):
-    """The core on an asyncio transport; subclasses handle streams (``_on_*``) and may react
-    to the timer (``_on_tick``) and to limits hit (``_report``)."""
+class Connection(asyncio.Protocol):
+    """The core on an asyncio transport; subclasses handle streams (the ``on_*`` events of
+    :class:`~.events.Events`) and may react to the timer (``_on_tick``) and to limits hit
+    (:meth:`on_limit`)."""
+
+    client = False
+    """Which end this connection is."""
 
     def __init__(self, *, limits: Limits | None = None) -> None:
-        super().__init__(limits=limits, clock=time.monotonic)
+        self.h2 = Core(self, client=self.client, limits=limits, clock=time.monotonic)
+        """The protocol core."""
+        self.limits = self.h2.limits
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
@@ -83,12 +81,12 @@ class Connection(Core, asyncio.Protocol):
         self._transport = transport
         high = self.limits.max_output_buffer
         transport.set_write_buffer_limits(high=high, low=high // 4)
-        self.initiate()
+        self.h2.initiate()
         self._push()
         self._timer = asyncio.get_running_loop().call_later(self._tick, self._on_timer)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
+        self.h2.close()
         self._transport = None
         if self._timer is not None:
             self._timer.cancel()
@@ -100,59 +98,82 @@ class Connection(Core, asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_read = time.monotonic()
+        h2 = self.h2
         try:
-            self.receive(data)
-            if self.input_held:
+            h2.receive(data)
+            if h2.input_held:
                 self._pump_input()
         except Exception as exc:  # a bug, not the peer's fault: close this connection, never the loop
             log.error("HTTP/2 connection from %s failed on its input: %r", self.peer, exc, exc_info=True)
-            self._fail(ProtocolError(ErrorCode.INTERNAL_ERROR, "internal error"))
+            h2.fail(ProtocolError(ErrorCode.INTERNAL_ERROR, "internal error"))
 
     def _pump_input(self) -> None:
         """Parse frames held back for output room while the transport has room (a loop, not
         recursion: a fast reader may drain many rounds of answers)."""
-        while self.input_held and not self.send_paused and not self.closed:
-            self.resume_input()
+        h2 = self.h2
+        while h2.input_held and not h2.send_paused and not h2.closed:
+            h2.resume_input()
 
     def pause_writing(self) -> None:
-        self.send_paused = True
+        self.h2.send_paused = True
         self._write_paused_at = time.monotonic()
         if self._transport is not None:
             self._transport.pause_reading()
 
     def resume_writing(self) -> None:
-        self.send_paused = False
+        self.h2.send_paused = False
         self._write_paused_at = None
         if self._transport is not None and not self._transport.is_closing():
             self._transport.resume_reading()
-        self.flush_all()
+        self.h2.flush_all()
         self._pump_input()
 
     def _on_closed(self, exc: Exception | None) -> None:
         raise NotImplementedError
 
-    # the core's output
+    # the core's events (subclasses handle the streams')
 
-    def _output_ready(self) -> None:
+    def on_headers(self, stream_id: int, headers: list[tuple[str, str]], end_stream: bool) -> None:
+        raise NotImplementedError
+
+    def on_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
+        raise NotImplementedError
+
+    def on_reset(self, stream_id: int, code: int) -> None:
+        raise NotImplementedError
+
+    def on_goaway(self, last_stream_id: int, code: int, debug: bytes) -> None:
+        raise NotImplementedError
+
+    def on_settings(self) -> None:
+        """The peer's settings changed."""
+
+    def on_headers_too_large(self, stream_id: int, size: int, end_stream: bool) -> None:
+        """By default the stream is refused."""
+        self.h2.reset(stream_id, ErrorCode.REFUSED_STREAM)
+
+    def on_local_end(self, stream_id: int) -> None:
+        """Our side of a stream ended."""
+
+    def on_output(self) -> None:
         self._push()
 
     def _push(self) -> None:
         transport = self._transport
         if transport is None:
             return
-        if self._out:
-            data = self.data_to_send()
-            if not transport.is_closing():
-                transport.write(data)
+        data = self.h2.data_to_send()
+        if data and not transport.is_closing():
+            transport.write(data)
         # answers owed start from 0 once the peer took all (nothing to reset while none is owed)
-        if self._control_queued and not transport.get_write_buffer_size():
-            self.output_drained()
+        if self.h2.answers_owed and not transport.get_write_buffer_size():
+            self.h2.output_drained()
 
-    def _terminate(self) -> None:
-        error = self.error
+    def on_terminate(self) -> None:
+        error = self.h2.error
         if error is not None:
             if error.limit is not None:
-                self._report(error.limit, f"{error}; connection closed (GOAWAY {error.code.name})")
+                self.on_limit(error.limit, f"{error}; connection closed (GOAWAY {error.code.name})")
             else:
                 log.debug("HTTP/2 connection error from %s, %s: %s", self.peer, error.code.name, error)
         transport = self._transport
@@ -169,12 +190,9 @@ class Connection(Core, asyncio.Protocol):
         transport.resume_reading()
         asyncio.get_running_loop().call_later(LINGER, self.abort)
 
-    def _report(self, limit: str, detail: str) -> None:
+    def on_limit(self, limit: str, detail: str) -> None:
         """A peer hit ``limit``: subclasses log it (rate-limited); this one at DEBUG."""
         log.debug("HTTP/2 peer %s hit %s: %s", self.peer, limit, detail)
-
-    def _limit_hit(self, limit: str, detail: str) -> None:
-        self._report(limit, detail)
 
     def close(self) -> None:
         """Close once what is owed is written (a close called from a hook comes before the
@@ -186,9 +204,6 @@ class Connection(Core, asyncio.Protocol):
     def abort(self) -> None:
         if self._transport is not None:
             self._transport.abort()
-
-    def _last_peer_stream_id(self) -> int:
-        return self._last_peer_stream
 
     # the timer
 
@@ -206,30 +221,32 @@ class Connection(Core, asyncio.Protocol):
         limits = self.limits
         if self._write_paused_at is not None and limits.write_timeout > 0 \
                 and now - self._write_paused_at > limits.write_timeout:
-            self._report("write_timeout", f"left {self._transport_backlog()} bytes unread for "
+            self.on_limit("write_timeout", f"left {self._transport_backlog()} bytes unread for "
                                           f"{limits.write_timeout:g} s; connection aborted")
             self.abort()
             return
-        if self.blocked_since is not None and not self.send_paused and limits.write_timeout > 0 \
-                and now - self.blocked_since > limits.write_timeout:
-            self._fail(ProtocolError(ErrorCode.ENHANCE_YOUR_CALM,
+        h2 = self.h2
+        if h2.blocked_since is not None and not h2.send_paused and limits.write_timeout > 0 \
+                and now - h2.blocked_since > limits.write_timeout:
+            h2.fail(ProtocolError(ErrorCode.ENHANCE_YOUR_CALM,
                                      f"answers held by a closed flow-control window for {limits.write_timeout:g} s",
                                      limit="write_timeout"))
             return
         if self._ping_sent_at is not None and limits.keepalive_timeout > 0 \
                 and now - self._ping_sent_at > limits.keepalive_timeout and self._last_read <= self._ping_sent_at:
-            self._report("keepalive_timeout", f"no PING acknowledgement in {limits.keepalive_timeout:g} s; "
+            self.on_limit("keepalive_timeout", f"no PING acknowledgement in {limits.keepalive_timeout:g} s; "
                                               "connection aborted")
             self.abort()
             return
         if limits.keepalive_time > 0 and self._ping_sent_at is None and now - self._last_read > limits.keepalive_time \
                 and self._may_ping():
             self._ping_sent_at = now
-            self.ping(os.urandom(8))
+            h2.ping(os.urandom(8))
         elif self._ping_sent_at is not None and self._last_read > self._ping_sent_at:
             self._ping_sent_at = None  # anything read proves the peer alive (as grpc-go counts it)
-        if limits.max_connection_idle > 0 and self.idle_since is not None \
-                and now - self.idle_since > limits.max_connection_idle:
+        idle_since = h2.idle_since
+        if limits.max_connection_idle > 0 and idle_since is not None \
+                and now - idle_since > limits.max_connection_idle:
             self._retire("idle")
         elif self._age_deadline and now > self._age_deadline:
             if self._draining_since is None:
@@ -248,8 +265,8 @@ class Connection(Core, asyncio.Protocol):
 
     def _retire(self, why: str) -> None:
         """``max_connection_idle`` or ``max_connection_age`` passed: stop taking streams."""
-        self.goaway(self._last_peer_stream, ErrorCode.NO_ERROR, f"max connection {why}")
-        if not self.open_streams:
+        self.h2.goaway(self.h2.streams.last_peer, ErrorCode.NO_ERROR, f"max connection {why}")
+        if not self.h2.open_streams:
             self.close()
 
     def _on_tick(self, now: float) -> None:

@@ -20,6 +20,9 @@ import grpc
 
 __all__ = [
     "CODES",
+    "INFLATE_SLICE",
+    "INFLATE_STEP",
+    "INLINE_INFLATE",
     "GrpcError",
     "Inflater",
     "MessageTooLarge",
@@ -83,9 +86,15 @@ def message(payload: bytes, *, compressed: bool = False) -> bytes:
     return _PREFIX.pack(1 if compressed else 0, len(payload)) + payload
 
 
-INLINE_INFLATE = 4 * 2**20
-"""Bytes a gzip message may inflate to on the event loop; the rest is inflated in a thread."""
-_INFLATE_STEP = 1 * 2**20
+INLINE_INFLATE = 1 * 2**20
+"""Bytes a gzip message may inflate to on the event loop before the rest goes to a thread: a
+usual OTLP request inflates to well under this, so it costs no thread hop, and no request
+holds the loop longer than a step's inflating (about a millisecond)."""
+INFLATE_SLICE = 4 * 2**20
+"""Bytes inflated per turn in a thread; between turns the budgets are charged and other
+connections' slices run."""
+INFLATE_STEP = 1 * 2**20
+"""Bytes one ``decompress`` call may produce."""
 
 
 def read_message(body: bytes, encoding: str | None, limit: int) -> bytes:
@@ -132,18 +141,24 @@ def split_message(body: bytes, encoding: str | None, limit: int) -> tuple[bytes,
 
 
 class Inflater:
-    """A gzip message inflated in bounded steps (``zlib`` with ``max_length``): never more
-    than ``limit`` + one step is inflated, and only the first ``keep`` bytes are kept; past
-    them the rest is only counted (its size decides the answer, its bytes are not needed).
-    A bomb costs one step of memory and stops at ``limit``."""
+    """A compressed message inflated in bounded steps (``zlib`` with ``max_length``): never
+    more than ``limit`` + one step is inflated, and only the first ``keep`` bytes are kept;
+    past them the rest is only counted (its size decides the answer, its bytes are not
+    needed). A bomb costs one step of memory and stops at ``limit``. gzip by default;
+    ``wbits`` as zlib's for deflate or zlib, and ``members`` to read concatenated ones."""
 
-    def __init__(self, payload: bytes, *, keep: int, limit: int) -> None:
-        self._decompressor = zlib.decompressobj(31)
+    def __init__(self, payload: bytes, *, keep: int, limit: int, wbits: int = 31, members: bool = False) -> None:
+        self._wbits = wbits
+        self._members = members
+        self._decompressor = zlib.decompressobj(wbits)
         self._input = payload
         self._keep = keep
         self._limit = limit
         self._parts: list[bytes] | None = []
         self.size = 0
+        """Bytes inflated so far."""
+        self.held = 0
+        """Of them, the bytes kept (0 once past ``keep``)."""
         self.done = False
 
     def run(self, budget: int) -> None:
@@ -152,23 +167,32 @@ class Inflater:
         spent = 0
         while not self.done and spent < budget:
             try:
-                chunk = decompressor.decompress(self._input, min(_INFLATE_STEP, self._limit + 1 - self.size))
+                chunk = decompressor.decompress(self._input, min(INFLATE_STEP, self._limit + 1 - self.size))
             except zlib.error as exc:
-                raise ValueError(f"not gzip: {exc}") from exc
+                raise ValueError(f"not {'gzip' if self._wbits == 31 else 'deflate'}: {exc}") from exc
             self._input = decompressor.unconsumed_tail
             self.size += len(chunk)
             spent += len(chunk) or 1
             if self.size > self._limit:
+                self._parts = None
+                self.held = 0
                 raise MessageTooLarge(self.size, self._limit)
             if self._parts is not None:
                 if self.size <= self._keep:
                     self._parts.append(chunk)
+                    self.held = self.size
                 else:
                     self._parts = None  # past what the handler takes: count only
+                    self.held = 0
             if decompressor.eof:
-                self.done = True
+                rest = decompressor.unused_data
+                if self._members and rest:
+                    decompressor = self._decompressor = zlib.decompressobj(self._wbits)
+                    self._input = rest
+                else:
+                    self.done = True
             elif not chunk and not self._input:
-                raise ValueError("truncated gzip")
+                raise ValueError(f"truncated {'gzip' if self._wbits == 31 else 'deflate'}")
 
     @property
     def message(self) -> bytes | None:

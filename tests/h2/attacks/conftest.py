@@ -11,7 +11,7 @@ import pytest
 
 from gputally.h2 import Metadata, Method, Server
 from gputally.h2.limits import Limits
-from gputally.h2.server import _Budget
+from gputally.h2.calls import _Budget
 from support.hostile import ECHO
 
 Serve = Callable[..., Awaitable[tuple[Server, int]]]

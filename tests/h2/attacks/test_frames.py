@@ -84,7 +84,7 @@ async def test_a_control_frame_flood_from_a_peer_that_does_not_read(serve, caplo
     assert sent > 1_000_000 or attacker.writer.is_closing() or not server._connections - {None}
     assert worst < 1 * 1024 * 1024, worst  # the transport's buffer plus one read's answers
     await asyncio.sleep(0.1)
-    assert all(c.closed or c._transport is None for c in server._connections if c.peer.endswith(
+    assert all(c.h2.closed or c._transport is None for c in server._connections if c.peer.endswith(
         str(attacker.writer.get_extra_info("sockname")[1])))
     assert warned(caplog, "max_queued_control_frames") or warned(caplog, "write_timeout")
 
@@ -140,7 +140,7 @@ async def test_streams_parked_on_a_zero_window_count_against_the_limit(serve, ca
             assert int.from_bytes(payload, "big") == ErrorCode.REFUSED_STREAM
             refused += 1
     (connection,) = server._connections
-    assert connection._active_peer == 50
+    assert connection.h2.streams.active_peer == 50
     # 4.5 KB of SETTINGS froze the loop 6.1 s with 20,000 parked streams; 300 KB, each frame
     # changing the window (a walk of the 50 streams and 1 byte for each), now take a fraction.
     flood = b"".join(settings({Setting.INITIAL_WINDOW_SIZE: i % 2}) for i in range(20_000))

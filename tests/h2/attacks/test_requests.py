@@ -12,7 +12,7 @@ import zlib
 import pytest
 
 from gputally.h2.frames import ErrorCode, Flag, Type, frame
-from gputally.h2.server import _Budget
+from gputally.h2.calls import _Budget
 from support.hostile import Hostile, loop_lag, request_block, still_serves, warned
 
 
