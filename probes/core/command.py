@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from gputally.errors import GputallyError
 from gputally.probes.core.procfacts import ProcessInfoSource
+from gputally.probes.engines.command import add_engine_arguments, check_engine_options, with_engines
 
 if TYPE_CHECKING:
     from gputally.probes.core.collector import Collector
@@ -101,6 +102,7 @@ def add_probe_arguments(parser: argparse.ArgumentParser, *, source: str) -> None
              "(gputally.k8s.podresources.uids), so pods are named on the node without the API server; "
              "'off' never asks (default: containerd's or CRI-O's socket, if one exists)",
     )
+    add_engine_arguments(parser)
     parser.add_argument("--log-level", choices=("debug", "info", "warn", "error"), default="info")
 
 
@@ -123,6 +125,7 @@ def probe_interval(args: argparse.Namespace) -> float:
         args.summary_every_s = parse_duration(args.summary_every)
     except ValueError as exc:
         raise ConfigError(f"--summary-every: {exc}") from exc
+    check_engine_options(args, interval)
     return interval
 
 
@@ -172,6 +175,7 @@ async def run_collector(args: argparse.Namespace, interval: float, collector: Co
     from gputally.telemetry import SelfTelemetry
 
     allocations = from_options(args.pod_resources, args.pod_resources_refresh, cri=args.cri)
+    collector = with_engines(args, collector, interval=interval, node_name=node_name_of(args))
     telemetry = SelfTelemetry()
     exporter = None
     diagnose = None

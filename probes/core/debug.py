@@ -2,8 +2,8 @@
 
 Each GPU with its identity and every point, then each of its processes with pid, owner,
 executable, memory, utilization, and what attribution will read from its cgroup (the same
-parser the gateway's processors use), the raw cgroup text beneath; then any problem and event
-of the cycle. A counter that starts with this cycle at 0 (bytes integrated from rates, which
+parser the gateway's processors use), the raw cgroup text beneath; then each inference engine
+read (its endpoint, process, GPUs and points); then any problem and event of the cycle. A counter that starts with this cycle at 0 (bytes integrated from rates, which
 need two readings) is shown as having no window yet, not as a 0 beside a non-zero rate.
 """
 
@@ -68,7 +68,7 @@ def attribution(info: CgroupInfo) -> str:
 
 def _text(value: AttrValue) -> str:
     if isinstance(value, tuple):  # an array: [a, b], and [] for an empty one (which says something)
-        return f"[{', '.join(value)}]"
+        return f"[{', '.join(str(item) for item in value)}]"
     return str(value)
 
 
@@ -106,6 +106,36 @@ def _process_lines(entity: Entity, cycle_ns: int | None = None) -> Iterable[str]
     yield from _points(entity, cycle_ns)
 
 
+def _engine_lines(entity: Entity, cycle_ns: int | None = None) -> Iterable[str]:
+    """An engine endpoint: what it is, where it was read, its process and GPUs, its points."""
+    a = entity.attributes
+    yield f"engine {entity.label}"
+    if "gputally.inference.gpu.ids" in a:
+        yield (f"  on GPUs {_text(a['gputally.inference.gpu.ids'])}, "
+               f"GPU processes {_text(a.get('gputally.inference.gpu.pids', ()))}")
+    parts = [f"  process {a['process.pid']}"] if "process.pid" in a else []
+    parts += [str(a[key]) for key in ("process.executable.name",) if key in a]
+    parts += [f"owner {a['process.owner']}"] if "process.owner" in a else []
+    if parts:
+        yield "  ".join(parts)
+    cgroup = a.get("process.linux.cgroup")
+    if cgroup:
+        yield f"      attribution: {attribution(parse_cgroup(str(cgroup)))}"
+    for key in sorted(k for k in a if k not in _ENGINE_SHOWN):
+        yield f"  {key} = {_text(a[key])}"
+    yield "  metrics:"
+    yield from _points(entity, cycle_ns)
+    for histogram in entity.histograms:
+        attrs = ",".join(f"{k}={v}" for k, v in histogram.attributes)
+        name = f"{histogram.metric.name}{{{attrs}}}" if attrs else histogram.metric.name
+        mean = f", mean {histogram.sum / histogram.count:.4g} {histogram.metric.unit}" if histogram.count else ""
+        yield f"    {name:<62} {histogram.count} observed{mean} ({len(histogram.bounds) + 1} buckets)"
+
+
+_ENGINE_SHOWN = frozenset({"gputally.inference.gpu.ids", "gputally.inference.gpu.pids", "process.pid",
+                           "process.executable.name", "process.owner", "process.linux.cgroup"})
+
+
 def render(cycle: Cycle, *, title: str = "", probe: str = "nvml") -> str:
     gpus = cycle.gpus()
     lines = [
@@ -119,6 +149,12 @@ def render(cycle: Cycle, *, title: str = "", probe: str = "nvml") -> str:
         lines.append(f"  processes: {len(processes)}")
         for process in processes:
             lines.extend(_process_lines(process, cycle.time_ns))
+    engines = cycle.engines()
+    if engines:
+        lines.append("")
+        lines.append(f"engines: {len(engines)}")
+        for engine in engines:
+            lines.extend(_engine_lines(engine, cycle.time_ns))
     events = [entry for entry in cycle.logs if entry.event_name != "gputally.gpu.snapshot"]
     if cycle.problems or events:
         lines.append("")

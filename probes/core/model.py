@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gputally.probes.engines.model import HistogramPoint
 
 __all__ = ["Cycle", "Entity", "Kind", "LogEntry", "MetricDef", "Point", "Severity"]
 
-AttrValue = str | int | float | bool | tuple[str, ...]
-"""A tuple is an array of strings (the PodResources holders hint); OTLP encodes it as an array."""
+AttrValue = str | int | float | bool | tuple[str, ...] | tuple[int, ...]
+"""A tuple is an array (the PodResources holders hint, an engine's GPUs and their pids); OTLP
+encodes it as an array."""
 Attributes = tuple[tuple[str, AttrValue], ...]
 
 
@@ -24,6 +28,9 @@ class Kind(enum.Enum):
     """Cumulative monotonic Sum with a start time."""
     UPDOWN = "updowncounter"
     """Cumulative non-monotonic Sum (semconv UpDownCounter: memory usage and limit, status)."""
+    HISTOGRAM = "histogram"
+    """Cumulative explicit-bucket histogram (inference engines' latencies); its points are
+    :class:`~gputally.probes.engines.model.HistogramPoint` s, never :class:`Point` s."""
 
 
 @dataclass(frozen=True)
@@ -52,13 +59,16 @@ class Entity:
     """One thing the points describe: a GPU, a MIG device or a GPU process (one OTLP Resource)."""
 
     key: str
-    """Stable identity within the probe: ``gpu/<uuid>``, ``mig/<uuid>``, ``process/<uuid>/<pid>``."""
+    """Stable identity within the probe: ``gpu/<uuid>``, ``mig/<uuid>``, ``process/<uuid>/<pid>``,
+    ``engine/<container>/<host>:<port><path>/<pid>/<start>``."""
     kind: str
-    """``gpu``, ``mig`` or ``process``."""
+    """``gpu``, ``mig``, ``process`` or ``engine`` (an inference engine's endpoint)."""
     attributes: dict[str, AttrValue]
     points: list[Point] = field(default_factory=list)
     label: str = ""
     """Short human name for the debug dump."""
+    histograms: list[HistogramPoint] = field(default_factory=list)
+    """Explicit-bucket histograms (an inference engine's latencies); other entities have none."""
 
 
 class Severity(enum.IntEnum):
@@ -98,3 +108,6 @@ class Cycle:
 
     def processes(self) -> list[Entity]:
         return [e for e in self.entities if e.kind == "process"]
+
+    def engines(self) -> list[Entity]:
+        return [e for e in self.entities if e.kind == "engine"]

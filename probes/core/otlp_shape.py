@@ -1,4 +1,5 @@
-"""Entities -> OTLP export requests: one Resource per GPU, per MIG device and per GPU process.
+"""Entities -> OTLP export requests: one Resource per GPU, per MIG device, per GPU process and
+per inference-engine endpoint (whose latencies are histograms).
 
 Identity and attribution live on the Resource (``hw.id``, ``process.pid``,
 ``process.linux.cgroup``...), so a processor at the gateway touches each entity once per
@@ -49,6 +50,7 @@ class OtlpEncoder:
         self._max_cached = max_cached
         self._resources: dict[tuple[tuple[str, AttrValue], ...], bytes] = {}
         self._point_attributes: dict[Attributes, bytes] = {}
+        self._histogram_attributes: dict[Attributes, bytes] = {}
 
     def _resource(self, attributes: Mapping[str, AttrValue]) -> bytes:
         key = tuple(attributes.items())
@@ -73,11 +75,23 @@ class OtlpEncoder:
             self._point_attributes[attributes] = blob
         return blob
 
+    def _histogram_point(self, attributes: Attributes) -> bytes:
+        """As :meth:`_point`; a histogram point keeps its attributes under another field number."""
+        blob = self._histogram_attributes.get(attributes)
+        if blob is None:
+            point = metrics_pb2.HistogramDataPoint()
+            set_attributes(point.attributes, attributes)
+            blob = point.SerializeToString()
+            if len(self._histogram_attributes) >= self._max_cached:
+                self._histogram_attributes.clear()
+            self._histogram_attributes[attributes] = blob
+        return blob
+
     def metrics(self, entities: Iterable[Entity], time_ns: int) -> ExportMetricsServiceRequest:
         """One ResourceMetrics per entity with points; one Metric per name, one point per attribute set."""
         request = ExportMetricsServiceRequest()
         for entity in entities:
-            if not entity.points:
+            if not entity.points and not entity.histograms:
                 continue
             resource_metrics = request.resource_metrics.add()
             resource_metrics.resource.MergeFromString(self._resource(entity.attributes))
@@ -109,7 +123,31 @@ class OtlpEncoder:
                     data_point.as_int = value
                 else:
                     data_point.as_double = float(value)
+            self._histograms(entity, scope_metrics, metrics, time_ns)
         return request
+
+    def _histograms(self, entity: Entity, scope_metrics: Any, metrics: dict[str, Any], time_ns: int) -> None:
+        """An entity's histograms: cumulative explicit-bucket, one point per attribute set."""
+        for histogram in entity.histograms:
+            definition = histogram.metric
+            points = metrics.get(definition.name)
+            if points is None:
+                metric = scope_metrics.metrics.add()
+                metric.name, metric.unit = definition.name, definition.unit
+                metric.description = definition.description
+                metric.histogram.aggregation_temporality = _CUMULATIVE
+                points = metric.histogram.data_points
+                metrics[definition.name] = points
+            data_point = points.add()
+            if histogram.attributes:
+                data_point.MergeFromString(self._histogram_point(histogram.attributes))
+            data_point.time_unix_nano = time_ns
+            if histogram.start_ns is not None:
+                data_point.start_time_unix_nano = histogram.start_ns
+            data_point.count = histogram.count
+            data_point.sum = histogram.sum
+            data_point.explicit_bounds.extend(histogram.bounds)
+            data_point.bucket_counts.extend(histogram.counts)
 
     def logs(self, entries: Iterable[LogEntry], observed_ns: int) -> ExportLogsServiceRequest:
         """Log records grouped under their entity's Resource."""

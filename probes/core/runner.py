@@ -98,6 +98,7 @@ class Runner:
         self.cycles = 0
         self._gpus = 0
         self._processes = 0
+        self._engines = 0
         self._last_summary = time.monotonic()
 
     def stop(self) -> None:
@@ -135,6 +136,8 @@ class Runner:
         """One line: cycles, GPUs and processes in the last one, what was sent, the queue."""
         line = (f"probe {self._options.probe}: {counted(self.cycles, 'cycle')}, {counted(self._gpus, 'GPU')}, "
                 f"{counted(self._processes, 'process', 'processes')}")
+        if self._engines:
+            line += f", {counted(self._engines, 'engine')}"
         if self._exporter is None:
             return line
         return (f"{line}; {self._delivery.summary()}; "
@@ -166,6 +169,7 @@ class Runner:
             self.cycles += 1
             self._gpus = sum(1 for e in cycle.entities if e.kind == "gpu")
             self._processes = sum(1 for e in cycle.entities if e.kind == "process")
+            self._engines = sum(1 for e in cycle.entities if e.kind == "engine")
             if self._options.debug:
                 self._out.write(render(cycle, title=self._options.title, probe=self._options.probe))
                 self._out.flush()
@@ -174,7 +178,8 @@ class Runner:
             if self._exporter is not None:
                 await self._export(cycle)
             if self._options.once:
-                return 1 if not cycle.entities and cycle.problems else 0
+                devices = [e for e in cycle.entities if e.kind != "engine"]  # engines alone are no collection
+                return 1 if not devices and cycle.problems else 0
             every = self._options.summary_interval_s
             if every > 0 and time.monotonic() - self._last_summary >= every:
                 self._last_summary = time.monotonic()

@@ -12,9 +12,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from gputally.probes.core.model import AttrValue, Point
+from gputally.probes.core.model import Attributes, AttrValue, MetricDef, Point
 
-__all__ = ["ENGINES", "Connect", "EngineReading", "Endpoint"]
+__all__ = ["ENGINES", "Connect", "EngineReading", "Endpoint", "HistogramPoint"]
 
 ENGINES = ("vllm", "sglang", "tgi", "triton", "nim", "llamacpp")
 """Values of ``gputally.inference.engine``."""
@@ -41,6 +41,28 @@ class Endpoint:
     """``/proc/PID/ns/net`` of the namespace to connect from; ``None``: the probe's own."""
 
 
+@dataclass(frozen=True, slots=True)
+class HistogramPoint:
+    """One cumulative explicit-bucket histogram series, in OTLP's shape.
+
+    The core :class:`~gputally.probes.core.model.Point` holds one number; engines' latencies
+    are histograms, and keeping their buckets (bounds converted to the contract's unit) lets
+    the backend compute any percentile, which a mean or a fixed quantile would not.
+    """
+
+    metric: MetricDef
+    bounds: tuple[float, ...]
+    """Upper bounds, ascending, without +Inf (OTLP ``explicit_bounds``)."""
+    counts: tuple[int, ...]
+    """Observations per bucket, not cumulative: ``len(bounds) + 1`` of them, the last above
+    every bound (OTLP ``bucket_counts``)."""
+    count: int
+    sum: float
+    attributes: Attributes = ()
+    start_ns: int | None = None
+    """When the series began counting (the engine's ``_created`` sample), where it says."""
+
+
 @dataclass
 class EngineReading:
     """What one read of one endpoint gave: the engine, its points and the resource's attributes."""
@@ -50,3 +72,6 @@ class EngineReading:
     points: list[Point]
     attributes: dict[str, AttrValue] = field(default_factory=dict)
     """Resource attributes beyond the endpoint's and the process's (``docs/accounts.md``)."""
+    histograms: list[HistogramPoint] = field(default_factory=list)
+    """The histogram metrics (``gen_ai.server.time_to_first_token``...), apart from
+    :attr:`points` because a core ``Point`` holds one number."""

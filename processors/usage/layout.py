@@ -24,7 +24,7 @@ from typing import Any
 
 from opentelemetry.proto.metrics.v1.metrics_pb2 import NumberDataPoint
 
-from gputally.otlp.skeleton import Malformed, MetricsWalk, Skeleton, words
+from gputally.otlp.skeleton import Malformed, MetricsWalk, Skeleton, fields, words
 
 __all__ = ["Layout", "Malformed", "Slot", "Wants", "build"]
 
@@ -40,6 +40,10 @@ class Slot:
     """Index into the layout's unpacked values."""
     time: int
     """Index into the layout's unpacked times; -1: the point carries no time (0)."""
+    start: int = -1
+    """Index into the layout's unpacked start times (a tagged point's); -1: none read (0)."""
+    tag: Any = None
+    """What ``Wants.tagged`` made of the point (its series), for an engine's counter point."""
 
 
 @dataclass(slots=True)
@@ -52,6 +56,8 @@ class Layout:
     entries: tuple[tuple[Any, tuple[Slot, ...]], ...]
     """(decision, wanted points) per resource the caller wants, in request order."""
     size: int
+    starts: struct.Struct = struct.Struct("<")
+    """The start times of tagged points (kept apart: a request's point times stay one time)."""
     untimed: bool = False
     """Some wanted point carries no time: always read point by point."""
     plan: Any = None
@@ -66,6 +72,10 @@ class Layout:
         """The wanted values and times of a request that :meth:`matches`."""
         return self.values.unpack_from(raw), self.times.unpack_from(raw)
 
+    def read_starts(self, raw: bytes) -> tuple[int, ...]:
+        """The start times of the tagged points of a request that :meth:`matches`."""
+        return self.starts.unpack_from(raw)
+
     @property
     def footprint(self) -> int:
         """Bytes held (the skeleton's mask and words dominate)."""
@@ -76,12 +86,15 @@ class Layout:
 class Wants:
     """What a layout reads: ``decide`` names each resource (None: not wanted), ``wanted`` gives
     a decision's metric table (name -> role, scale, rank), points of ``tasked`` metrics count
-    only when ``general`` says so (given the point's attributes)."""
+    only when ``general`` says so (given the point's attributes); ``tagged`` (decision, metric
+    name, the point's bytes) names the series of a point whose start time is read too (an
+    engine's counters), None for the others."""
 
     decide: Callable[[bytes], object | None]
     wanted: Callable[[object], dict[str, tuple[str, float, int]]]
     tasked: frozenset[str]
     general: Callable[[Any], bool]
+    tagged: Callable[[object, str, bytes], Any] | None = None
 
 
 class _Builder(MetricsWalk):
@@ -92,6 +105,7 @@ class _Builder(MetricsWalk):
         self.wants = wants
         self.value_format: list[tuple[int, str]] = []
         self.time_offsets: list[int] = []
+        self.start_offsets: list[int] = []
         self.entries: list[tuple[Any, tuple[Slot, ...]]] = []
 
     def build(self) -> Layout:
@@ -102,6 +116,7 @@ class _Builder(MetricsWalk):
             times=_struct([(offset, "Q") for offset in self.time_offsets]),
             entries=tuple(self.entries),
             size=len(self.raw),
+            starts=_struct([(offset, "Q") for offset in self.start_offsets]),
             untimed=any(slot.time < 0 for _, slots in self.entries for slot in slots),
         )
 
@@ -123,10 +138,26 @@ class _Builder(MetricsWalk):
         if name in self.wants.tasked and not self.wants.general(NumberDataPoint.FromString(self.raw[pos:end]).attributes):
             return
         role, scale, rank = spec
+        tag = start = None
+        if self.wants.tagged is not None:
+            tag = self.wants.tagged(context[0], name, self.raw[pos:end])
+            if tag is not None:
+                start = _start_of(self.raw, pos, end)
+                if start is not None:
+                    self.start_offsets.append(start)
         if time_at >= 0:
             self.time_offsets.append(time_at)
         self.value_format.append((value_at, value_code))
-        slots.append(Slot(role, scale, rank, len(self.value_format) - 1, len(self.time_offsets) - 1 if time_at >= 0 else -1))
+        slots.append(Slot(role, scale, rank, len(self.value_format) - 1, len(self.time_offsets) - 1 if time_at >= 0 else -1,
+                          len(self.start_offsets) - 1 if start is not None else -1, tag))
+
+
+def _start_of(raw: bytes, pos: int, end: int) -> int | None:
+    """Where a number point's start time sits (the walk has proven it is written at most once)."""
+    for number, _, start, _ in fields(raw, pos, end):
+        if number == 2:  # NumberDataPoint.start_time_unix_nano
+            return start
+    return None
 
 
 def _struct(fields: list[tuple[int, str]]) -> struct.Struct:

@@ -28,8 +28,11 @@ from fnmatch import fnmatch
 from typing import Any
 
 from .config import UsageConfig
+from .engines import EngineReading
+from .models import Models
 from .observe import DeviceReading, Observation, ProcessReading, Sample
 from .owners import UNALLOCATED, UNATTRIBUTED, Named, Owner, Value
+from .tokens import Serving
 
 __all__ = ["OWNER_ID", "OWNER_KIND", "Account", "Device", "Event", "Ledger", "OwnerState"]
 
@@ -133,6 +136,10 @@ class Ledger:
         self.evicted = 0
         self.watermark = 0
         """Newest sample time integrated on any GPU (ends owners not seen for ``end_after``)."""
+        self.serving = Serving(settle=config.settle, start_ns=start_ns, max_engines=config.max_owners)
+        """Inference engines: their series and tokens (`tokens`)."""
+        self.models = Models(self.serving, max_gap=config.max_gap)
+        """The owners' GPU time per served model (`models`)."""
 
     # -- intake ----------------------------------------------------------------------------
 
@@ -165,10 +172,18 @@ class Ledger:
             if processes:
                 sample.processes.update(processes)
 
+    def add_engines(self, readings: list[EngineReading], *, arrived: float) -> None:
+        """Hold engine readings until they are settled (`tokens.Serving.add`)."""
+        if readings:
+            self.serving.add(readings, arrived=arrived)
+
     def settle(self, now: float, *, everything: bool = False) -> None:
         """Integrate every held sample that arrived ``settle`` seconds ago (all with ``everything``)."""
         limit = now - self.config.settle
         devices = self.devices
+        serving = self.serving.by_gpu
+        if self.serving.pending:  # engines first: a GPU interval splits by what they said lately
+            self.watermark = max(self.watermark, self.serving.settle(now, everything=everything, see=self._see_all))
         for hw_id in list(self._pending):
             state = devices[hw_id]
             pending = state.pending
@@ -195,7 +210,10 @@ class Ledger:
                 if sample.device is None:
                     self.incomplete += 1
                     continue
-                self._integrate(hw_id, state, t, sample)
+                if hw_id in serving:
+                    self.models.integrate(self._integrate, hw_id, state, t, sample)
+                else:
+                    self._integrate(hw_id, state, t, sample)
         if not self._pending:
             self._pending = set()  # a set keeps its largest table: iterating it would cost that size
 
@@ -327,7 +345,13 @@ class Ledger:
                 judged.append(owner)
         self._close_spells(hw_id, state, t, keep=judged)
 
-    def _see(self, named: Named, hw_id: str, t: int) -> Owner:
+    def _see_all(self, named: Named, hw_ids: tuple[str, ...], t: int) -> Owner:
+        """`_see` on each of ``hw_ids`` (an engine's GPUs; none: an engine on no GPU)."""
+        for hw_id in hw_ids:
+            owner = self._see(named, hw_id, t)
+        return owner if hw_ids else self._see(named, None, t)
+
+    def _see(self, named: Named, hw_id: str | None, t: int) -> Owner:
         owner, attributes = named
         state = self.owners.get(owner)
         if state is None:
@@ -343,7 +367,8 @@ class Ledger:
                 state.last_ns = t
             elif t < state.first_ns:
                 state.first_ns = t
-        state.gpus.add(hw_id)
+        if hw_id is not None:
+            state.gpus.add(hw_id)
         return owner
 
     def _evict_one(self) -> None:
@@ -352,6 +377,8 @@ class Ledger:
         self.evicted += 1
 
     def _drop(self, owner: Owner) -> None:
+        self.serving.drop_owner(owner)
+        self.models.drop_owner(owner)
         state = self.owners.pop(owner)
         for hw_id in state.gpus:
             device = self.devices.get(hw_id)
@@ -419,6 +446,8 @@ class Ledger:
                    and not d.pending and all(o is UNALLOCATED for o in d.accounts)]
         for hw_id in retired:  # a GPU gone from the fleet (or its node gone quiet): its counters stop
             del self.devices[hw_id]
+            self.models.drop_gpu(hw_id)
+        self.serving.forget(self.watermark)
         return ended
 
     def accounts_of(self, owner: Owner) -> Iterator[tuple[str, Device, Account]]:

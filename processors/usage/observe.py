@@ -21,10 +21,12 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from gputally.otlp.shapes import Shapes
 
+from . import engines
+from .engines import EngineDecision, EngineReading
 from .layout import Layout, Slot, Wants, build
 from .owners import UNATTRIBUTED, Named, OwnerRules, Value, unattributed_reason
 
-__all__ = ["DEVICE_KEYS", "DeviceReading", "Observer", "ProcessReading", "Sample"]
+__all__ = ["DEVICE_KEYS", "DeviceReading", "EngineReading", "Observer", "ProcessReading", "Sample"]
 
 DEVICE_KEYS = (
     "hw.id", "hw.model", "hw.parent", "host.name", "host.type", "k8s.node.name", "gputally.gpu.index",
@@ -57,13 +59,14 @@ def _request_class() -> Any:
     point = message(
         "Point",
         ("attributes", 7, many, _F.TYPE_MESSAGE, "Attribute"),
+        ("start_time_unix_nano", 2, one, _F.TYPE_FIXED64, None),
         ("time_unix_nano", 3, one, _F.TYPE_FIXED64, None),
         ("as_double", 4, one, _F.TYPE_DOUBLE, None),
         ("as_int", 6, one, _F.TYPE_SFIXED64, None),
     )
     point.oneof_decl.add(name="value")
-    point.field[2].oneof_index = 0
     point.field[3].oneof_index = 0
+    point.field[4].oneof_index = 0
     message("Data", ("data_points", 1, many, _F.TYPE_MESSAGE, "Point"))
     message("Metric", ("name", 1, one, _F.TYPE_STRING, None), ("gauge", 5, one, _F.TYPE_MESSAGE, "Data"),
             ("sum", 7, one, _F.TYPE_MESSAGE, "Data"))
@@ -163,13 +166,22 @@ class Observer:
 
     def __init__(self, rules: OwnerRules, *, layout_budget: int = 32 << 20) -> None:
         self._rules = rules
-        self._decisions: dict[bytes, _Decision | None] = {}
-        self._wants = Wants(decide=self._decide, wanted=_table, tasked=_TASKED, general=_general)
+        self._decisions: dict[bytes, _Decision | EngineDecision | None] = {}
+        self._wants = Wants(decide=self._decide, wanted=_table, tasked=_TASKED, general=_general, tagged=_tagged)
         self.layouts: Shapes[Layout] = Shapes(self._layout, budget=layout_budget)
+        self.engines: list[EngineReading] = []
+        """Engine readings of the requests observed so far, in request order (filled as an
+        observation iterator is consumed; see :meth:`take_engines`)."""
+
+    def take_engines(self) -> list[EngineReading]:
+        """The engine readings gathered since the last call."""
+        taken, self.engines = self.engines, []
+        return taken
 
     def observe(self, raw: bytes) -> Iterator[Observation]:
         """``(hw_id, time_ns, device reading, process readings)`` for every GPU or process
-        resource with usage metrics (through a layout: for every GPU), once per point time."""
+        resource with usage metrics (through a layout: for every GPU), once per point time.
+        Engine resources' readings go to :attr:`engines` as the iterator is consumed."""
         layout = self.layouts.lookup(raw)
         if layout is None:
             return self._parsed(raw)
@@ -181,6 +193,9 @@ class Observer:
         for entry in request.entries:
             decision = self._decide(entry.resource)
             if decision is None:
+                continue
+            if isinstance(decision, EngineDecision):
+                self._engine(decision, entry)
                 continue
             table = _table(decision)
             values: dict[int, dict[str, tuple[int, float]]] = {}
@@ -204,12 +219,32 @@ class Observer:
             for time_ns, roles in values.items():
                 yield _observation(decision, time_ns, {role: value for role, (_, value) in roles.items()})
 
+    def _engine(self, decision: EngineDecision, entry: Any) -> None:
+        """An engine resource read the general way: its counter points, per point time."""
+        by_time: dict[int, dict[engines.Tag, tuple[int, float]]] = {}
+        for scope in entry.scope_metrics:
+            for metric in scope.metrics:
+                spec = engines.ENGINE_METRICS.get(metric.name)
+                if spec is None:
+                    continue
+                role, scale, _ = spec
+                for point in (metric.gauge if metric.HasField("gauge") else metric.sum).data_points:
+                    kind = point.WhichOneof("value")
+                    if kind is None:
+                        continue
+                    engines.hold(by_time.setdefault(point.time_unix_nano, {}), engines.tag_of(role, point.attributes),
+                                 point.start_time_unix_nano, float(getattr(point, kind)) * scale)
+        self.engines.extend(EngineReading(decision, t, points) for t, points in by_time.items() if points)
+
     def _laid_out(self, layout: Layout, raw: bytes) -> Iterator[Observation]:
         """A request of a known shape: its numbers read from their offsets."""
         values, times = layout.read(raw)
+        gpus, entries, served = layout.plan
+        if served:
+            self._laid_out_engines(served, values, times, layout.read_starts(raw))
         if times and times.count(times[0]) == len(times) and not layout.untimed:
             time_ns = times[0]  # one sample time for the whole request, as a probe sends it
-            for hw_id, device, processes in layout.plan:
+            for hw_id, device, processes in gpus:
                 reading = None
                 if device is not None:
                     decision, ui, us, ei, es, mi, ms, li, ls, fi, fs = device
@@ -224,7 +259,7 @@ class Observer:
                         owner, values[ui] * us if ui >= 0 else None, values[mi] * ms if mi >= 0 else None, reason)
                 yield hw_id, time_ns, reading, readings
             return
-        for decision, slots in layout.entries:
+        for decision, slots in entries:
             by_time: dict[int, dict[str, tuple[int, float]]] = {}
             for slot in slots:
                 time_ns = times[slot.time] if slot.time >= 0 else 0
@@ -232,20 +267,38 @@ class Observer:
             for time_ns, roles in by_time.items():
                 yield _observation(decision, time_ns, {role: value for role, (_, value) in roles.items()})
 
+    def _laid_out_engines(self, served: tuple[tuple[EngineDecision, tuple[Slot, ...]], ...],
+                          values: tuple[float | int, ...], times: tuple[int, ...], starts: tuple[int, ...]) -> None:
+        """The engine resources of a request of a known shape (their series known from the
+        layout: each point's attributes are part of its skeleton)."""
+        found = self.engines
+        hold = engines.hold
+        for decision, slots in served:
+            by_time: dict[int, dict[engines.Tag, tuple[int, float]]] = {}
+            for slot in slots:
+                time_ns = times[slot.time] if slot.time >= 0 else 0
+                hold(by_time.setdefault(time_ns, {}), slot.tag, starts[slot.start] if slot.start >= 0 else 0,
+                     values[slot.value] * slot.scale)
+            found.extend(EngineReading(decision, t, points) for t, points in by_time.items() if points)
+
     def _layout(self, raw: bytes) -> Layout:
         layout = build(raw, self._wants)
-        layout.plan = _plan(layout.entries)
+        gpus = tuple(e for e in layout.entries if e[0].__class__ is not EngineDecision)
+        served = tuple(e for e in layout.entries if e[0].__class__ is EngineDecision and e[1])
+        layout.plan = (_plan(gpus), gpus, served)
         return layout
 
-    def _decide(self, raw: bytes) -> _Decision | None:
+    def _decide(self, raw: bytes) -> _Decision | EngineDecision | None:
         try:
             return self._decisions[raw]
         except KeyError:
             pass
         attributes = {kv.key: _value(kv.value) for kv in Resource.FromString(raw).attributes}
-        decision: _Decision | None = None
+        decision: _Decision | EngineDecision | None = engines.decide(attributes, self._rules)
         hw_id = attributes.get("hw.id")
-        if isinstance(hw_id, str) and hw_id and attributes.get("hw.type", "gpu") == "gpu":
+        if decision is not None:
+            pass
+        elif isinstance(hw_id, str) and hw_id and attributes.get("hw.type", "gpu") == "gpu":
             pid = attributes.get("process.pid")
             if isinstance(pid, int):
                 process = f"{pid}@{attributes.get('process.creation.time', '')}"
@@ -280,8 +333,24 @@ def _hold(roles: dict[str, tuple[int, T]], role: str, rank: int, value: T) -> No
 
 
 def _table(decision: Any) -> dict[str, tuple[str, float, int]]:
-    """The metrics read for a resource: a process's, or a GPU's."""
+    """The metrics read for a resource: an engine's, a process's, or a GPU's."""
+    if decision.__class__ is EngineDecision:
+        return engines.ENGINE_METRICS
     return _PROCESS_METRICS if decision.process is not None else _DEVICE_METRICS
+
+
+_POINT = _REQUEST.DESCRIPTOR.fields_by_name["entries"].message_type.fields_by_name["scope_metrics"].message_type \
+    .fields_by_name["metrics"].message_type.fields_by_name["sum"].message_type.fields_by_name["data_points"].message_type
+_POINT_CLASS = message_factory.GetMessageClass(_POINT)
+
+
+def _tagged(decision: Any, name: str, point: bytes) -> engines.Tag | None:
+    """The series of an engine's counter point (None for other resources' points), from the
+    point's bytes read through the usage schema, as the general way reads them."""
+    if decision.__class__ is not EngineDecision:
+        return None
+    parsed: Any = _POINT_CLASS.FromString(point)
+    return engines.tag_of(engines.ENGINE_METRICS[name][0], parsed.attributes)
 
 
 def _plan(entries: tuple[tuple[Any, tuple[Slot, ...]], ...]) -> tuple[Any, ...]:

@@ -26,6 +26,7 @@ from gputally.pipeline.component import ComponentContext, RuntimeProcessor
 
 from .config import UsageConfig
 from .emit import MetricsEmitter, logs_request
+from .emit_serving import ServingEmitter
 from .ledger import Event, Ledger
 from .observe import Observer
 from .owners import OwnerRules
@@ -36,7 +37,9 @@ __all__ = ["UsageProcessor", "UsageRuntime", "create"]
 log = logging.getLogger(__name__)
 
 _NEEDLE = b"hw.id"
-"""Every GPU and GPU-process resource carries it; a request without these bytes has nothing to account."""
+"""Every GPU and GPU-process resource carries it; a request without these bytes has nothing
+to account but engines (`_ENGINE_NEEDLE`)."""
+_ENGINE_NEEDLE = b"gputally.inference.engine"
 _MAX_EVENTS = 10_000
 _BATCH_REQUESTS = 64
 _BATCH_BYTES = 4 << 20
@@ -69,6 +72,7 @@ class UsageRuntime:
         self.sends_events = False
         """True when an instance runs in a logs pipeline; else events are counted and dropped."""
         self._emitter = MetricsEmitter()
+        self._serving = ServingEmitter()
         self._outgoing: list[Batch] = []
         """The rest of the last emit, one request each, handed on by the following flushes."""
         self._users = 0
@@ -122,6 +126,7 @@ class UsageRuntime:
         at_once = not self.config.settle
         for raw, arrived in queue:
             ledger.add_all(observe(raw), arrived=arrived)
+            ledger.add_engines(self.observer.take_engines(), arrived=arrived)
             if at_once:  # nothing is held: integrated now, a request's samples never pile up as garbage to trace
                 ledger.settle(arrived)
         ledger.settle(self.monotonic())
@@ -139,7 +144,9 @@ class UsageRuntime:
             return self._outgoing.pop(0) if self._outgoing else None
         self._last_emit = now
         ledger.settle(now, everything=final)
-        requests = self._emitter.requests(ledger, self.wall_ns())
+        now_ns = self.wall_ns()
+        requests = self._emitter.requests(ledger, now_ns)
+        self._serving.fill(ledger, now_ns, requests)
         ledger.end_owners()  # after the emit: an ended owner's last counters went out above
         self._collect_events()
         self.save()
@@ -194,7 +201,7 @@ class UsageProcessor(RuntimeProcessor[UsageRuntime]):
     async def process(self, batch: Batch) -> Batch | None:
         if self.signal is Signal.METRICS:
             raw = batch.serialize()
-            if _NEEDLE in raw:
+            if _NEEDLE in raw or _ENGINE_NEEDLE in raw:
                 self.runtime.observe(raw)
         return batch
 
@@ -223,6 +230,10 @@ _FAMILIES: tuple[tuple[str, type[GaugeMetricFamily] | type[CounterMetricFamily],
      "Requests read for usage: through a cached layout (numbers at known offsets), or the general way "
      "(a parse; a new or changing request shape, or no room left for layouts).", ("way",)),
     ("layout_bytes", GaugeMetricFamily, "Bytes held by cached request layouts.", ()),
+    ("engines", GaugeMetricFamily, "Inference engine endpoints whose series are kept.", ()),
+    ("engine_resets", CounterMetricFamily, "Engine counter series that reset (an engine restart).", ()),
+    ("engine_readings_ignored", CounterMetricFamily,
+     "Engine readings not integrated: late (the endpoint was integrated past them, or duplicates).", ("reason",)),
 )
 
 
@@ -255,6 +266,9 @@ def _samples(runtime: UsageRuntime) -> Iterator[tuple[str, tuple[str, ...], floa
     yield "requests_read", ("layout",), layouts.hits
     yield "requests_read", ("general",), layouts.requests - layouts.hits
     yield "layout_bytes", (), layouts.held
+    yield "engines", (), len(ledger.serving.engines)
+    yield "engine_resets", (), ledger.serving.resets
+    yield "engine_readings_ignored", ("late",), ledger.serving.late
 
 
 class _Share:

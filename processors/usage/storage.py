@@ -18,6 +18,7 @@ from typing import Any
 
 from .ledger import Account, Device, Ledger, OwnerState
 from .owners import Owner, owner
+from .storage_serving import restore, saved
 
 __all__ = ["LedgerFile"]
 
@@ -61,6 +62,7 @@ class LedgerFile:
                                 "gpus": sorted(s.gpus)}]
                 for o, s in ledger.owners.items()
             ],
+            "serving": saved(ledger),
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_suffix(".json.partial")
@@ -100,6 +102,7 @@ class LedgerFile:
                 )
                 for entry in state["owners"]
             }
+            serving, models = restore(ledger, state.get("serving"), start_ns=int(state["start_ns"]))
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             aside = self.path.with_suffix(".json.corrupt")
             os.replace(self.path, aside)
@@ -109,4 +112,5 @@ class LedgerFile:
         ledger.instance = str(state.get("instance") or ledger.instance)
         ledger.watermark = int(state.get("watermark", 0))
         ledger.devices, ledger.owners = devices, owners
+        ledger.serving, ledger.models = serving, models
         return True

@@ -128,7 +128,30 @@ def probe_and_usage_request() -> bytes:
         ]),
         scope="gputally.processors.usage",
     )
-    return otlp.request(gpu, usage, per_gpu)
+    return otlp.request(gpu, usage, per_gpu, engine_resource())
+
+
+def engine_resource() -> Any:
+    """An inference engine's resource as the probe sends it (docs/accounts.md, "Engine points"),
+    attributed to a pod, with the metrics the inference rules read."""
+    from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
+
+    model = {"gen_ai.request.model": "llama-70b"}
+    rm = otlp.resource(
+        {"gputally.inference.engine": "vllm", "host.name": "node-1", "process.pid": 4101, "server.port": 8000,
+         "k8s.pod.uid": "u1", "k8s.namespace.name": "llm", "k8s.pod.name": "vllm-0"},
+        otlp.gauge("gputally.inference.kv_cache.usage", "1", [otlp.point(0.97, model)]),
+        otlp.gauge("gputally.inference.requests.waiting", "{request}", [otlp.point(3, model)]),
+        otlp.gauge("gputally.inference.up", "1", [otlp.point(1)]),
+        scope="gputally.probes.engines",
+    )
+    metric = rm.scope_metrics[0].metrics.add(name="gen_ai.server.time_to_first_token", unit="s")
+    metric.histogram.aggregation_temporality = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
+    now = time.time_ns()
+    point = metric.histogram.data_points.add(start_time_unix_nano=now - 3600 * 10**9, time_unix_nano=now, count=3,
+                                             sum=1.5, bucket_counts=[1, 2, 0], explicit_bounds=[0.5, 2.0])
+    point.attributes.add(key="gen_ai.request.model").value.string_value = "llama-70b"
+    return rm
 
 
 def selectors(node: Any) -> Iterator[dict[str, Any]]:

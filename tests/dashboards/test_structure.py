@@ -28,7 +28,7 @@ from tests.dashboards import grafana
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = REPO / "collector-config" / "dashboards"
-NAMES = ("fleet", "chargeback", "workload", "node")
+NAMES = ("fleet", "chargeback", "workload", "node", "inference")
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
 
@@ -46,7 +46,7 @@ def walk(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
             yield from walk(value, f"{path}[{i}]")
 
 
-def test_the_four_dashboards_parse_with_stable_unique_uids() -> None:
+def test_the_dashboards_parse_with_stable_unique_uids() -> None:
     found = boards()
     assert [p.name for p, _ in found] == sorted(f"gputally-{n}.json" for n in NAMES)
     uids = [board["uid"] for _, board in found]

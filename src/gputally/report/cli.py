@@ -21,7 +21,7 @@ from typing import TextIO
 from gputally.config.types import ClientTLSSettings
 from gputally.errors import ConfigError
 
-from . import queries, render, table, workload
+from . import queries, render, render_served, served, table, workload
 from .errors import NoData, ReportError, UsageError
 from .prometheus import Prometheus
 from .timerange import Range, format_time, parse_days_duration, resolve
@@ -78,7 +78,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     when.add_argument("--lookback", default="1d", metavar="DURATION",
                       help="how far before the start a counter's value at the start is looked for (default 1d)")
     output = parser.add_argument_group("output")
-    output.add_argument("--by", choices=tuple(table.BY), default="owner", help="the table's rows (default owner)")
+    output.add_argument("--by", choices=(*table.BY, "served-model"), default="owner",
+                        help="the table's rows (default owner); served-model: tokens and GPU-s, J and cost per 1M "
+                             "tokens per owner, served model and GPU model")
     output.add_argument("--format", choices=("table", "csv", "json"), default="table", help="default table")
     notes = parser.add_argument_group("notes of `report job` / `report pod` (defaults: the usage processor's summary)")
     defaults = workload.Thresholds()
@@ -203,6 +205,16 @@ def _report(args: argparse.Namespace, err: TextIO) -> str:
             owner = _pod_uid(client, rng, lookback, owner)
         selector = queries.Selector(((queries.OWNER_KIND, kind), (queries.OWNER_ID, owner)))
     progress = _Progress(err)
+    if args.view is None and args.by == "served-model":
+        try:
+            found = served.fetch(client, rng, chunk=chunk, lookback=lookback, progress=progress)
+        finally:
+            progress.close()
+        if not found.rows:
+            raise NoData(f"no served-model counters (gputally_usage_tokens_total) between {rng}: no inference engine "
+                         "was read, or the usage processor is older than them")
+        return {"table": render_served.served_text, "csv": render_served.served_csv,
+                "json": render_served.served_json}[args.format](found, rng)
     try:
         usage = queries.fetch(client, rng, selector=selector, chunk=chunk, lookback=lookback, progress=progress,
                               unattributed=args.view is None)

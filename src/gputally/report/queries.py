@@ -54,6 +54,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .prometheus import Prometheus, Sample
 from .timerange import Range
@@ -94,8 +95,9 @@ OWNER_REGEX_LIMIT = 200
 
 AccountKey = tuple[str, str, str, str]
 """(instance, owner kind, owner id, hw id)."""
-CounterKey = tuple[str, str, str, str, str]
-"""An account key and, for cost, the currency (for the unattributed time, the reason)."""
+CounterKey = tuple[str, ...]
+"""An account key and, for cost, the currency (for the unattributed time, the reason); other
+readers (``served``) key theirs wider."""
 
 
 def promql_string(value: str) -> str:
@@ -182,12 +184,16 @@ class _Counter:
     """One counter name's logical counters over the range: value carried to the chunk's start,
     and the increase so far."""
 
-    def __init__(self, client: Prometheus, name: str, selector: Selector, labels: dict[AccountKey, dict[str, str]],
-                 extra: str = CURRENCY):
+    def __init__(self, client: Prometheus, name: str, selector: Selector, labels: dict[Any, dict[str, str]],
+                 extra: str = CURRENCY, *, key: Callable[[dict[str, str], str], CounterKey] = _counter_key,
+                 width: int = 4):
         self.client = client
         self.name = name
         self.extra = extra
         """The label that, beside the account's, tells this counter's series apart."""
+        self.key = key
+        self.width = width
+        """How much of a key names the account (its labels are kept per account)."""
         self.selector = selector
         self.labels = labels
         self.carry: dict[CounterKey, float] = {}
@@ -226,7 +232,7 @@ class _Counter:
         owners = {k[2] for k in keys} if len({k[2] for k in keys}) <= OWNER_REGEX_LIMIT else None
         points: dict[CounterKey, list[tuple[float, float]]] = {}
         for series in self.client.matrix(f"{self.name}{self.selector.render(owners)}[{_duration(b - a)}]", b):
-            key = _counter_key(series.labels, self.extra)
+            key = self.key(series.labels, self.extra)
             if key in keys:
                 points.setdefault(key, []).extend(series.points)
         for key, samples in points.items():
@@ -242,10 +248,10 @@ class _Counter:
         """The highest value per logical counter; with ``keep`` the series' labels are remembered."""
         out: dict[CounterKey, float] = {}
         for sample in samples:
-            key = _counter_key(sample.labels, self.extra)
+            key = self.key(sample.labels, self.extra)
             out[key] = max(out.get(key, sample.value), sample.value)
             if keep:
-                labels = self.labels.setdefault(key[:4], {})
+                labels = self.labels.setdefault(key[:self.width], {})
                 labels.update({k: v for k, v in sample.labels.items() if v and k != "__name__"})
         return out
 
@@ -277,7 +283,7 @@ def fetch(client: Prometheus, rng: Range, *, selector: Selector = Selector(), ch
             seen.append((a, b))
         if progress is not None:
             progress(done, total, b)
-    accounts: dict[AccountKey, Account] = {key: Account(*key, labels=dict(values)) for key, values in labels.items()}
+    accounts: dict[tuple[str, ...], Account] = {key: Account(*key, labels=dict(values)) for key, values in labels.items()}
     why: dict[str, float] = {}
     for field_, counter in counters.items():
         for counter_key, value in counter.total.items():

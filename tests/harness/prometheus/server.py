@@ -64,6 +64,8 @@ PROMOTED_RESOURCE_ATTRIBUTES: tuple[str, ...] = (
     "slurm.job.account",
     "slurm.job.partition",
     "slurm.cluster.name",
+    "gen_ai.request.model",
+    "gputally.inference.engine",
 )
 """Resource attributes that become labels (dots become underscores: ``hw.id`` -> ``hw_id``)."""
 

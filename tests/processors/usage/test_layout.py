@@ -30,7 +30,8 @@ from tests.processors.usage.series import HOLDER_PID, NOTEBOOK_PID, TRAINER_PID,
 
 WANTED = ["hw.gpu.utilization", "hw.energy", "hw.gpu.memory.usage", "hw.gpu.memory.limit",
           "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
-          "gputally.gpu.process.utilization", "gputally.gpu.process.memory.usage"]
+          "gputally.gpu.process.utilization", "gputally.gpu.process.memory.usage",
+          "gputally.inference.tokens", "gputally.inference.busy.time"]
 OTHER = ["hw.gpu.temperature", "hw.power", "x"]
 
 
@@ -49,18 +50,37 @@ def held(observations: Iterable[Observation]) -> dict[tuple[str, int], tuple[Any
     return out
 
 
-def both(raw: bytes) -> tuple[dict[Any, Any], dict[Any, Any]]:
-    """What the ledger would hold (through a layout built from ``raw``, the general way)."""
+def served(reader: Observer) -> dict[tuple[Any, int], dict[Any, tuple[int, float]]]:
+    """What the ledger would hold of the engine readings the reader gathered: by (endpoint,
+    time), each series' (start, value), a later resource's replacing an earlier's."""
+    out: dict[tuple[Any, int], dict[Any, tuple[int, float]]] = {}
+    for reading in reader.take_engines():
+        out.setdefault((reading.decision, reading.time_ns), {}).update(reading.points)
+    return out
+
+
+def laid_out(reader: Observer, layout: Layout, raw: bytes) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    return held(reader._laid_out(layout, raw)), served(reader)
+
+
+def parsed(reader: Observer, raw: bytes) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    return held(reader._parsed(raw)), served(reader)
+
+
+def both(raw: bytes) -> tuple[tuple[dict[Any, Any], dict[Any, Any]], tuple[dict[Any, Any], dict[Any, Any]]]:
+    """What the ledger would hold, GPUs' and engines' (through a layout built from ``raw``, the general way)."""
     reader = observer()
     layout = reader._layout(raw)
     assert layout.matches(raw)
-    return held(reader._laid_out(layout, raw)), held(reader._parsed(raw))
+    return laid_out(reader, layout, raw), parsed(reader, raw)
 
 
 def _kv(key: str, value: Any) -> KeyValue:
     kv = KeyValue(key=key)
     if isinstance(value, str):
         kv.value.string_value = value
+    elif isinstance(value, list):
+        kv.value.array_value.values.extend(_kv("", v).value for v in value)
     else:
         kv.value.int_value = value
     return kv
@@ -68,17 +88,24 @@ def _kv(key: str, value: Any) -> KeyValue:
 
 @st.composite
 def requests(draw: st.DrawFn) -> ExportMetricsServiceRequest:
-    """GPU, process and unrelated resources with wanted and other metrics, gauges, sums and
-    histograms, several sample times, double, int and missing values, engine attributes."""
+    """GPU, process, inference-engine and unrelated resources with wanted and other metrics,
+    gauges, sums and histograms, several sample times and start times, double, int and missing
+    values, GPU-engine (``hw.gpu.task``) and served-model attributes."""
     request = ExportMetricsServiceRequest()
     times = draw(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=3))
     for _ in range(draw(st.integers(0, 4))):
         rm = request.resource_metrics.add()
         gpu = f"GPU-{draw(st.integers(0, 2))}"
-        kind = draw(st.sampled_from(["gpu", "process", "other", "empty"]))
-        if kind != "empty":
+        kind = draw(st.sampled_from(["gpu", "process", "other", "empty", "engine"]))
+        if kind == "engine":
+            rm.resource.attributes.append(_kv("gputally.inference.engine", draw(st.sampled_from(["vllm", "tgi"]))))
+            rm.resource.attributes.append(_kv("server.port", draw(st.integers(8000, 8001))))
+            if draw(st.booleans()):
+                rm.resource.attributes.append(_kv("gputally.inference.gpu.ids", [gpu]))
+                rm.resource.attributes.append(_kv("gputally.inference.gpu.pids", [draw(st.integers(1, 3))]))
+        elif kind != "empty":
             rm.resource.attributes.append(_kv("hw.id", gpu) if kind != "other" else _kv("host.name", "n"))
-        if kind == "process":
+        if kind in ("process", "engine"):
             rm.resource.attributes.append(_kv("process.pid", draw(st.integers(1, 3))))
             if draw(st.booleans()):
                 rm.resource.attributes.append(_kv("k8s.namespace.name", "ml"))
@@ -105,9 +132,15 @@ def requests(draw: st.DrawFn) -> ExportMetricsServiceRequest:
                         point.as_double = draw(st.floats(allow_nan=False, allow_infinity=False, width=64))
                     elif value == "int":
                         point.as_int = draw(st.integers(-(2**63), 2**63 - 1))
+                    if draw(st.booleans()):
+                        point.start_time_unix_nano = draw(st.sampled_from(times))
                     task = draw(st.sampled_from([None, "general", "encoder"]))
                     if task is not None:
                         point.attributes.append(_kv("hw.gpu.task", task))
+                    for key, values in (("gen_ai.request.model", ["m1", "m2"]), ("gen_ai.token.type", ["input", "output"])):
+                        value = draw(st.sampled_from([None, *values]))
+                        if value is not None:
+                            point.attributes.append(_kv(key, value))
     return request
 
 
@@ -121,6 +154,8 @@ def renumbered(request: ExportMetricsServiceRequest, seed: int) -> ExportMetrics
                 for i, point in enumerate(data.data_points):
                     if point.time_unix_nano:
                         point.time_unix_nano = (point.time_unix_nano + seed * (i % 2 + 1)) % 2**64 or 1
+                    if point.start_time_unix_nano:
+                        point.start_time_unix_nano = (point.start_time_unix_nano + seed) % 2**64 or 1
                     if point.WhichOneof("value") == "as_double":
                         point.as_double = point.as_double * 0.5 + seed
                     elif point.WhichOneof("value") == "as_int":
@@ -132,15 +167,15 @@ def renumbered(request: ExportMetricsServiceRequest, seed: int) -> ExportMetrics
 @given(requests(), st.integers(1, 10**9))
 def test_a_layout_reads_what_the_parse_reads(request: ExportMetricsServiceRequest, seed: int) -> None:
     raw = request.SerializeToString()
-    laid_out, parsed = both(raw)
-    assert laid_out == parsed
+    through_layout, through_parse = both(raw)
+    assert through_layout == through_parse
 
     # The next cycle: only numbers changed, so the same layout matches and still agrees.
     reader = observer()
     layout = reader._layout(raw)
     nxt = renumbered(request, seed).SerializeToString()
     assert layout.matches(nxt)
-    assert held(reader._laid_out(layout, nxt)) == held(reader._parsed(nxt))
+    assert laid_out(reader, layout, nxt) == parsed(reader, nxt)
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +194,30 @@ def test_the_probe_series_reads_the_same_through_layouts(probe_series: list[byte
     for raw in probe_series:
         assert held(reader.observe(raw)) == held(general._parsed(raw))
     assert reader.layouts.hits > 0, "no request of the recording was read through a layout"
+
+
+def test_engines_beside_the_probe_series_read_the_same_through_layouts(probe_series: list[bytes]) -> None:
+    """Two engines' resources in each cycle, their counters moving: each layout-read request
+    gives the same engine readings (series, start times, values) as its parse."""
+    from tests.processors.usage.engines import Engine, with_engines
+
+    gpu = ExportMetricsServiceRequest.FromString(probe_series[0]).resource_metrics[0]
+    hw_id = next(kv.value.string_value for kv in gpu.resource.attributes if kv.key == "hw.id")
+    engines = [Engine("vllm", {"process.pid": 9, "k8s.pod.uid": "u", "gputally.inference.gpu.ids": [hw_id],
+                               "gputally.inference.gpu.pids": [TRAINER_PID]}, 1_799_999_000 * 10**9),
+               Engine("llamacpp", {"process.pid": 10, "server.port": 8080}, 1_799_999_000 * 10**9)]
+    reader, general = observer(), observer()
+    read = 0
+    for n, raw in enumerate(probe_series):
+        engines[0].tokens = {("m", "input"): 1000 + 17 * n, ("m", "output"): 10 + n}
+        engines[0].busy = {"m": 0.5 * n, "m-lora": 0.25 * n}
+        engines[1].tokens = {("tiny", "output"): 3 * n}
+        engines[1].start_ns += 10**9 * (n == 5)  # a restart: its start time moves
+        request = with_engines(ExportMetricsServiceRequest.FromString(raw), engines).SerializeToString()
+        got = held(reader.observe(request)), served(reader)
+        assert got == (held(general._parsed(request)), served(general))
+        read += len(got[1])
+    assert reader.layouts.hits > 0 and read == 2 * len(probe_series)
 
 
 def test_only_numbers_may_change(probe_series: list[bytes]) -> None:

@@ -1,0 +1,62 @@
+"""An engine's resource is attributed to its pod exactly as its container's GPU process is:
+real processes in a real pod-shaped cgroup, discovered and read by the probe, encoded by the
+probe's own OTLP shape, then through the ``k8s`` processor."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness.processes import free_port
+
+from gputally.otlp.batch import Batch, Signal
+from gputally.probes.core.hints import ProcFs
+from gputally.probes.core.otlp_shape import metrics_request
+from gputally.probes.engines.collector import EngineCollector, EngineReads
+from gputally.probes.engines.discover import Discovery
+from gputally.processors.k8s.model import KeyFilter, pod_from_json
+from tests.probes.engines.pods import CGROUP_ROOT, GpuCollector, PodCgroup, Reader, exposition
+
+from .helpers import k8s_only, make, pod_json, resource_attrs
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not (CGROUP_ROOT / "pids").is_dir(),
+                                reason="needs root and cgroup v1 (the project's test machine)")
+
+
+@pytest.fixture
+def pod() -> Iterator[PodCgroup]:
+    made = PodCgroup()
+    try:
+        yield made
+    finally:
+        made.remove()
+
+
+async def test_an_engine_gets_the_pod_of_its_container(pod: PodCgroup, tmp_path: Path) -> None:
+    gpu = pod.gpu_process()
+    pod.server(free_port(), exposition=exposition(tmp_path), netns=True)
+    procfs = ProcFs(Path("/proc"))
+    reads = EngineReads(Reader(), walker=Discovery(processes=procfs), processes=procfs, node_name="node-a")
+    collector = EngineCollector(GpuCollector([gpu.pid]), reads, deadline_s=2.0)
+    cycle = await collector.collect()
+    await collector.close()
+    assert [e.kind for e in cycle.entities] == ["gpu", "process", "engine"]
+
+    proc = make()
+    no_filter = KeyFilter([])
+    proc.runtime.store.upsert(pod_from_json(
+        pod_json("vllm-0", namespace="serving", uid=pod.uid, containers={"vllm": pod.container_id}),
+        labels=no_filter, annotations=no_filter))
+    proc.runtime.store.synced = True
+    batch = Batch.decode(Signal.METRICS, metrics_request(cycle.entities, cycle.time_ns).SerializeToString())
+    out = await proc.process(batch)
+    assert out is not None
+
+    _, process, engine = resource_attrs(out)
+    assert k8s_only(engine) == k8s_only(process)
+    assert k8s_only(engine)["k8s.pod.uid"] == pod.uid
+    assert k8s_only(engine)["k8s.container.name"] == "vllm"
+    assert k8s_only(engine)["gputally.k8s.attribution"] == "cgroup"
+    assert engine["gputally.inference.engine"] == "vllm" and engine["gputally.inference.gpu.pids"] == [gpu.pid]
