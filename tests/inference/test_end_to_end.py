@@ -3,7 +3,7 @@ first bullet): each engine in a pod of the real kube-apiserver (its processes in
 real cgroup), found by the probe from the GPU's own processes, read, attributed by ``k8s``,
 counted by ``usage`` in a real ``gputally serve``, written to a real Prometheus; the tokens
 per owner and served model there equal the sum of the engines' API answers' ``usage``
-exactly, across an engine restart in the middle of the run.
+exactly, across a restart of both engines in the middle of the run.
 
 The GPU is the recorded H200 of ``../shared/fixtures/nvml/h200-two-workloads.json``: its busy
 process (recorded pid 628) is made the vLLM worker, its memory holder (629) the llama.cpp
@@ -146,9 +146,12 @@ async def test_tokens_per_owner_and_model_equal_the_answers_across_a_restart(
                 await wait_until(lambda: tokens(prometheus) == expected(sent), "tokens before the restart", 60,
                                  lambda: f"{tokens(prometheus)} != {expected(sent)}\n{serve.log_tail()}")
 
-                # The llama.cpp server restarts in its container: new pid, counters from zero.
+                # Both engines restart in their containers: new pids (the GPU's processes follow
+                # them), counters from zero.
                 await asyncio.to_thread(llama_server.restart)
                 source.pids[HOLDER_PID] = llama_server.pid
+                await asyncio.to_thread(vllm_server.restart)
+                source.pids[BUSY_PID] = vllm_server.processes()["worker"]
                 for server, owner in ((vllm_server, uids["vllm-0"]), (llama_server, uids["llama-0"])):
                     sent[owner] += await asyncio.to_thread(send_requests, server, 3, prompt=PROMPT + " again",
                                                            max_tokens=5)
