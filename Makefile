@@ -36,6 +36,9 @@ harness:
 	tests/harness/prometheus/build.sh
 	tests/harness/helm/build.sh
 	tests/harness/h2spec/build.sh
+	tests/harness/engines/vllm/build.sh
+	tests/harness/engines/llamacpp/build.sh
+	tests/harness/engines/tinyllama/build.sh
 	sh tests/harness/slurm/setup.sh
 	sh tests/harness/image/setup.sh
 	sh tests/harness/systemd/setup.sh

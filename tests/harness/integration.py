@@ -4,8 +4,8 @@ Marking each of several hundred tests by hand would drift; the harness already s
 heavy. A test is ``integration`` when the test function or any fixture it uses (transitively)
 is defined in a harness package, or names an object from one (a class or function such as
 ``KubeCluster`` or ``build``): those start kube-apiserver/etcd, otelcol, Prometheus, helm,
-Slurm, the buildah image, systemd-analyze or h2spec, all made by ``make harness``. Type annotations
-do not count (they are strings here), so a module that imports ``KubeCluster`` only to annotate
+Slurm, the buildah image, systemd-analyze, h2spec, vLLM or llama.cpp's server, all made by
+``make harness``. Type annotations do not count (they are strings here), so a module that imports ``KubeCluster`` only to annotate
 a fixture's type leaves its other tests in the quick run.
 """
 
@@ -29,6 +29,7 @@ HARNESS_PACKAGES = (
     "harness.image",
     "harness.systemd",
     "harness.h2spec",
+    "harness.engines",
 )
 #: Modules inside them that only build data in memory and start nothing.
 STARTS_NOTHING = ("harness.prometheus.otlp",)
