@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import secrets
 import select
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from gputally.probes.core.model import Cycle, Entity, Kind, MetricDef, Point
 from gputally.probes.engines.model import Connect, Endpoint, EngineReading
@@ -171,3 +175,18 @@ def exposition(tmp: Path, tokens: int = 120, name: str = "metrics.txt") -> Path:
     path = tmp / name
     path.write_text(VLLM_EXPOSITION % tokens)
     return path
+
+
+needs_cgroups = pytest.mark.skipif(os.geteuid() != 0 or not (CGROUP_ROOT / "pids").is_dir(),
+                                   reason="needs root and cgroup v1 (the project's test machine)")
+"""For a module's ``pytestmark``: its tests make real cgroups."""
+
+
+@pytest.fixture
+def pod() -> Iterator[PodCgroup]:
+    """A pod-shaped container cgroup, removed after the test (import it into the test module)."""
+    made = PodCgroup()
+    try:
+        yield made
+    finally:
+        made.remove()

@@ -5,9 +5,7 @@ and the GPU part of the cycle, which never waits on or fails for an engine."""
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,19 +15,9 @@ from gputally.probes.core.hints import ProcFs
 from gputally.probes.engines.collector import EngineCollector, EngineReads, Read
 from gputally.probes.engines.discover import Discovery
 from gputally.probes.engines.options import parse_engine
-from tests.probes.engines.pods import CGROUP_ROOT, GPU, GpuCollector, PodCgroup, Reader, exposition
+from tests.probes.engines.pods import GPU, GpuCollector, PodCgroup, Reader, exposition, needs_cgroups
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not (CGROUP_ROOT / "pids").is_dir(),
-                                reason="needs root and cgroup v1 (the project's test machine)")
-
-
-@pytest.fixture
-def pod() -> Iterator[PodCgroup]:
-    made = PodCgroup()
-    try:
-        yield made
-    finally:
-        made.remove()
+pytestmark = needs_cgroups
 
 
 def engines(gpu_pids: list[int], read: Read, *, explicit: tuple[str, ...] = (), discover: bool = True,

@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,19 +19,9 @@ from gputally.probes.engines.discover import Discovery, unit_of
 from gputally.probes.engines.model import Endpoint
 from gputally.probes.engines.netns import Namespaces, NetnsError, connect_in
 from gputally.probes.engines.procnet import listening, parse_tcp, socket_inodes
-from tests.probes.engines.pods import CGROUP_ROOT, GPU, SERVER, PodCgroup, Reader, exposition, process_entity
+from tests.probes.engines.pods import CGROUP_ROOT, GPU, SERVER, PodCgroup, Reader, exposition, process_entity, needs_cgroups
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not (CGROUP_ROOT / "pids").is_dir(),
-                                reason="needs root and cgroup v1 (the project's test machine)")
-
-
-@pytest.fixture
-def pod() -> Iterator[PodCgroup]:
-    made = PodCgroup()
-    try:
-        yield made
-    finally:
-        made.remove()
+pytestmark = needs_cgroups
 
 
 def walker(**kwargs: object) -> Discovery:

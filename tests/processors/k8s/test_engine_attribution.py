@@ -4,11 +4,8 @@ probe's own OTLP shape, then through the ``k8s`` processor."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from harness.processes import free_port
 
 from gputally.otlp.batch import Batch, Signal
@@ -17,21 +14,11 @@ from gputally.probes.core.otlp_shape import metrics_request
 from gputally.probes.engines.collector import EngineCollector, EngineReads
 from gputally.probes.engines.discover import Discovery
 from gputally.processors.k8s.model import KeyFilter, pod_from_json
-from tests.probes.engines.pods import CGROUP_ROOT, GpuCollector, PodCgroup, Reader, exposition
+from tests.probes.engines.pods import GpuCollector, PodCgroup, Reader, exposition, needs_cgroups
 
 from .helpers import k8s_only, make, pod_json, resource_attrs
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not (CGROUP_ROOT / "pids").is_dir(),
-                                reason="needs root and cgroup v1 (the project's test machine)")
-
-
-@pytest.fixture
-def pod() -> Iterator[PodCgroup]:
-    made = PodCgroup()
-    try:
-        yield made
-    finally:
-        made.remove()
+pytestmark = needs_cgroups
 
 
 async def test_an_engine_gets_the_pod_of_its_container(pod: PodCgroup, tmp_path: Path) -> None:
