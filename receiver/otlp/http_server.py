@@ -186,15 +186,12 @@ class HTTPServer:
         """``data`` decompressed (one or more members), or None once it exceeds ``limit`` bytes;
         in bounded steps, past the first MiB in a thread and at most ``INFLATE_THREADS`` at once."""
         inflater = Inflater(data, keep=limit, limit=limit, wbits=wbits, members=True)
-        try:
-            inflater.run(INLINE_INFLATE)
-            if not inflater.done:
-                async with self._inflating:
-                    await asyncio.to_thread(inflater.run, limit + 1)
-        except MessageTooLarge:
+        if not _inflate_step(inflater, INLINE_INFLATE):
             return None
-        except ValueError as exc:
-            raise InvalidRequest(f"cannot decompress the request body: {exc}") from exc
+        if not inflater.done:
+            async with self._inflating:
+                if not await asyncio.to_thread(_inflate_step, inflater, limit + 1):
+                    return None
         return inflater.message
 
     async def _read_body(self, request: web.Request) -> bytes | Failure | web.Response:
@@ -231,6 +228,24 @@ class HTTPServer:
         return inflated if inflated is not None else Failure.too_large(None, limit, f"{_SETTING}, after decompression")
 
 
+
+
+def _inflate_step(inflater: Inflater, budget: int) -> bool:
+    """Inflate up to ``budget`` more bytes; False once the body is past its limit."""
+    try:
+        inflater.run(budget)
+    except MessageTooLarge:
+        return False
+    except ValueError as exc:
+        raise InvalidRequest(f"cannot decompress the request body: {exc}") from exc
+    return True
+
+
+def inflate(data: bytes, wbits: int, limit: int) -> bytes | None:
+    """``data`` decompressed in one go, or None past ``limit``: what the handler does in steps
+    (for tools and the fuzz tests, which have no listener)."""
+    inflater = Inflater(data, keep=limit, limit=limit, wbits=wbits, members=True)
+    return inflater.message if _inflate_step(inflater, limit + 1) else None
 
 
 def _decode(intake: Intake, signal: Signal, body: bytes, encoding: Encoding) -> Batch:

@@ -31,7 +31,7 @@ from gputally.pipeline.component import ComponentContext, Exporter
 from gputally.pipeline.pipeline import Pipeline, Stage
 from gputally.pipeline.registry import Registry
 from gputally.receiver.otlp import OTLPReceiver, factory
-from gputally.receiver.otlp.http_server import Encoding, _decode, _inflate
+from gputally.receiver.otlp.http_server import Encoding, _decode, inflate
 from gputally.receiver.otlp.intake import Intake
 from gputally.receiver.otlp.status import Failure, Reason
 from gputally.telemetry import SelfTelemetry
@@ -114,7 +114,7 @@ def deliver(loop: asyncio.AbstractEventLoop, intake: Intake, signal: Signal, bod
     """What the HTTP handler does with a body it has read: inflate, decode, consume."""
     if coding != "identity":
         try:
-            inflated = _inflate(body, {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}[coding], LIMIT)
+            inflated = inflate(body, {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}[coding], LIMIT)
         except InvalidRequest:
             return "invalid"
         if inflated is None:
