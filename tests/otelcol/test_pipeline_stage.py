@@ -174,6 +174,7 @@ async def _run_stage(otelcol: Callable[..., Otelcol], cluster: SlurmCluster, job
         found = prometheus_counters(counters_url, "otelcol_processor_gputally_calls")
         return sum(v for k, v in found.items() if f'outcome="{outcome}"' in k)
 
+    collector: Otelcol | None = None
     try:
         collector = otelcol(config, wait_for=ports["front"], name="collector")
         async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['front']}") as channel:
@@ -190,8 +191,11 @@ async def _run_stage(otelcol: Callable[..., Otelcol], cluster: SlurmCluster, job
         if variant == "bridge":  # every batch went through gputally, in line, none failed
             assert bridge_calls("ok") > 0 and bridge_calls("error") == 0
     finally:
+        # The collector first, as its pod goes: a scrape still in it reaches a gputally that
+        # is still there (on_error: pass would send it on unattributed).
+        stopped = None if collector is None else await asyncio.to_thread(collector.stop)
         assert await asyncio.to_thread(stage.stop) == 0, stage.log_tail()
-    assert await asyncio.to_thread(collector.stop) == 0, collector.log_tail()
+    assert collector is not None and stopped == 0, collector.log_tail()
 
     # Counted while it ran: scrapes after that (up=0 now) came later, so at least as many.
     assert _gpu_stage_points(out) >= scraped
@@ -253,6 +257,7 @@ async def test_gputally_in_the_collectors_pod_over_a_unix_socket(otelcol: Callab
     stage.start(admin)
     out = tmp_path / "backend.json"
     dcgm = await serve_dcgm(dcgm_port, dcgm_exposition("gpu-node-1", (0, 1)))
+    collector: Otelcol | None = None
     try:
         await wait_until(socket.exists, f"the bridge's socket\n{stage.log_tail()}", timeout=10)
         # Owner and group may connect: the collector's container through the pod's fsGroup.
@@ -278,8 +283,10 @@ async def test_gputally_in_the_collectors_pod_over_a_unix_socket(otelcol: Callab
         assert not sum(v for k, v in calls.items() if 'outcome="error"' in k), calls
     finally:
         await dcgm.cleanup()
+        # The collector first (as in _run_stage): no scrape is left to pass gputally by.
+        stopped = None if collector is None else await asyncio.to_thread(collector.stop)
         assert await asyncio.to_thread(stage.stop) == 0, stage.log_tail()
-    assert await asyncio.to_thread(collector.stop) == 0, collector.log_tail()
+    assert collector is not None and stopped == 0, collector.log_tail()
 
     for attributes, rm in file_resources(out):
         if attributes.get("service.name") == "checkout":
