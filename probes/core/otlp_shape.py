@@ -65,26 +65,22 @@ class OtlpEncoder:
         return blob
 
     def _point(self, attributes: Attributes) -> bytes:
-        blob = self._point_attributes.get(attributes)
-        if blob is None:
-            point = metrics_pb2.NumberDataPoint()
-            set_attributes(point.attributes, attributes)
-            blob = point.SerializeToString()
-            if len(self._point_attributes) >= self._max_cached:
-                self._point_attributes.clear()
-            self._point_attributes[attributes] = blob
-        return blob
+        return self._attributes_blob(self._point_attributes, metrics_pb2.NumberDataPoint, attributes)
 
     def _histogram_point(self, attributes: Attributes) -> bytes:
         """As :meth:`_point`; a histogram point keeps its attributes under another field number."""
-        blob = self._histogram_attributes.get(attributes)
+        return self._attributes_blob(self._histogram_attributes, metrics_pb2.HistogramDataPoint, attributes)
+
+    def _attributes_blob(self, cache: dict[Attributes, bytes], kind: Any, attributes: Attributes) -> bytes:
+        """A point of ``kind`` holding only ``attributes``, encoded once and kept in ``cache``."""
+        blob = cache.get(attributes)
         if blob is None:
-            point = metrics_pb2.HistogramDataPoint()
+            point = kind()
             set_attributes(point.attributes, attributes)
             blob = point.SerializeToString()
-            if len(self._histogram_attributes) >= self._max_cached:
-                self._histogram_attributes.clear()
-            self._histogram_attributes[attributes] = blob
+            if len(cache) >= self._max_cached:
+                cache.clear()
+            cache[attributes] = blob
         return blob
 
     def metrics(self, entities: Iterable[Entity], time_ns: int) -> ExportMetricsServiceRequest:
