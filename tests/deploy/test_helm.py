@@ -65,7 +65,7 @@ VARIANTS: dict[str, list[str]] = {
     "gateway-secrets": ["shape=gateway", *SECRETS],
     "gateway-existing-secrets": ["shape=gateway", *EXISTING_SECRETS],
     "gateway-monitoring": ["shape=gateway", *MONITORING],
-    "gateway-no-pod-resources": ["shape=gateway", "probe.podResources=false"],
+    "gateway-no-pod-resources": ["shape=gateway", "probe.podResources=false", "probe.engines.discovery=false"],
     "sidecar": ["shape=sidecar"],
     "sidecar-amd-monitoring": ["shape=sidecar", "probe.vendor=amd", *MONITORING],
     "sidecar-gaudi-secrets": ["shape=sidecar", "probe.vendor=gaudi", *SECRETS],
@@ -79,9 +79,11 @@ VARIANTS: dict[str, list[str]] = {
         "image.digest=sha256:" + "0" * 64,
     ],
 }
-# The `baseline` checks a DaemonSet may fail, and why: hostPID (NVML reports host PIDs) and
-# hostPath (/proc, the kubelet's PodResources directory, device nodes, /sys). Nothing else.
-UNAVOIDABLE = {"host namespaces", "hostPath volumes"}
+# The `baseline` checks a DaemonSet may fail, and why: hostPID (NVML reports host PIDs),
+# hostPath (/proc, the kubelet's PodResources directory, device nodes, /sys, /sys/fs/cgroup)
+# and the probe's engine discovery (SYS_ADMIN and SYS_PTRACE, `DISCOVERY`). Nothing else.
+UNAVOIDABLE = {"host namespaces", "hostPath volumes", "non-default capabilities"}
+DISCOVERY = 'container "probe" must not include "SYS_ADMIN", "SYS_PTRACE" in securityContext.capabilities.add'
 
 
 def template(helm: Helm, sets: list[str], *, release: str = "gputally", namespace: str = NAMESPACE,
@@ -223,6 +225,9 @@ def test_pod_security(api: Any, helm: Helm, variant: str) -> None:
             reply = submit(api, workload, namespace=baseline)
             assert reply.status == 201 and reply.warning, f"{where}: {reply}"
             assert pod_security_violations(reply.warning) <= UNAVOIDABLE, f"{where}: {reply.warning}"
+            if "non-default capabilities" in reply.warning:
+                warning = reply.warning.replace('\\"', '"')
+                assert DISCOVERY in warning and warning.count("must not include") == 1, f"{where}: {warning}"
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -267,11 +272,31 @@ def test_gaudi_probe(helm: Helm) -> None:
         assert {"name": "HABANA_VISIBLE_DEVICES", "value": "all"} in probe["env"]
 
 
-def test_probe_without_pod_resources_runs_as_10001(helm: Helm) -> None:
+def test_probe_without_pod_resources_or_engine_discovery_runs_as_10001(helm: Helm) -> None:
     daemonset, probe = probe_container(render(helm, "gateway-no-pod-resources"))
     assert parse_gputally_argv(probe["args"]).pod_resources == "off"
     assert probe["securityContext"]["runAsUser"] == 10001 and probe["securityContext"]["runAsNonRoot"] is True
+    assert "add" not in probe["securityContext"]["capabilities"] and "--no-engine-discovery" in probe["args"]
+    assert "/host/sys/fs/cgroup" not in mounts(probe)
     assert not [v for v in volumes(daemonset).values() if "pod-resources" in v.get("hostPath", {}).get("path", "")]
+
+
+@pytest.mark.parametrize("variant", ["gateway", "sidecar"])
+def test_engine_discovery_adds_its_two_capabilities_and_the_hosts_cgroups(helm: Helm, variant: str) -> None:
+    """Discovery (on by default) reads the host's cgroupfs, other users' sockets (SYS_PTRACE)
+    and inside pods' network namespaces (SYS_ADMIN), as root; off, only --engine endpoints."""
+    daemonset, probe = probe_container(render(helm, variant))
+    assert probe["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN", "SYS_PTRACE"]}
+    assert probe["securityContext"]["runAsUser"] == 0
+    assert mounts(probe)["/host/sys/fs/cgroup"]["readOnly"] is True
+    assert volumes(daemonset)["host-cgroup"]["hostPath"]["path"] == "/sys/fs/cgroup"
+    assert str(parse_gputally_argv(probe["args"]).cgroup_root) == "/host/sys/fs/cgroup"
+    spec = "http://127.0.0.1:8000/metrics,engine=vllm,model=llama-8b"
+    _, off = probe_container(template(helm, [f"shape={variant}", "probe.engines.discovery=false",
+                                             "probe.engines.endpoints[0]=" + spec.replace(",", "\\,")]))
+    args = parse_gputally_argv(off["args"])
+    assert args.engine_discovery is False and args.engine == [spec]
+    assert "add" not in off["securityContext"]["capabilities"] and "/host/sys/fs/cgroup" not in mounts(off)
 
 
 def test_tokens_come_from_secrets(helm: Helm) -> None:

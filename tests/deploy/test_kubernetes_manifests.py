@@ -65,9 +65,13 @@ POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 # They are exactly the containers that mount it.
 ROOT_CONTAINERS = {
     ("DaemonSet", "gputally-node", "gputally"),
+    ("DaemonSet", "gputally-node", "probe"),  # engine discovery's capabilities hold for root only
     ("DaemonSet", "gputally-probe", "probe"),
     ("DaemonSet", "gputally-stage", "gputally"),
 }
+DISCOVERY_CAPABILITIES = ["SYS_ADMIN", "SYS_PTRACE"]
+"""What the probe's engine discovery adds, and nothing else does: the listening sockets of
+other users' processes (/proc/<pid>/fd) and setns(2) into a pod's network namespace."""
 # The gputally server of each shape: its workload and ConfigMap.
 SERVERS = {
     "gateway": ("Deployment", "gputally-gateway", "gputally-gateway-config"),
@@ -78,8 +82,9 @@ SERVERS = {
 # PodSecurity: the `baseline` checks each DaemonSet fails, and why it cannot avoid them. Every
 # other workload meets `restricted`.
 BASELINE_VIOLATIONS = {
-    "gputally-probe": {"host namespaces", "hostPath volumes"},  # hostPID: NVML's PIDs; /proc, PodResources
-    "gputally-node": {"host namespaces", "hostPath volumes"},  # the same, and gputally reads them
+    # hostPID: NVML's PIDs; /proc, PodResources; engine discovery's two capabilities and cgroupfs
+    "gputally-probe": {"host namespaces", "hostPath volumes", "non-default capabilities"},
+    "gputally-node": {"host namespaces", "hostPath volumes", "non-default capabilities"},  # the same
     "gputally-stage": {"hostPath volumes"},  # PodResources only: dcgm-exporter sends no processes
 }
 
@@ -243,7 +248,9 @@ def test_pod_security_levels(admin: Any) -> None:
         assert pod_security_violations(reply.warning) == BASELINE_VIOLATIONS[name], reply.warning
         # Under `restricted`, in addition, only the one root container (ROOT_CONTAINERS).
         reply = submit(admin, workload, namespace=restricted)
-        assert pod_security_violations(reply.warning) == BASELINE_VIOLATIONS[name] - {"hostPath volumes"} | {
+        capabilities = {"unrestricted capabilities"} if "non-default capabilities" in BASELINE_VIOLATIONS[name] else set()
+        assert pod_security_violations(reply.warning) == BASELINE_VIOLATIONS[name] - {
+            "hostPath volumes", "non-default capabilities"} | capabilities | {
             "restricted volume types",  # `restricted` names hostPath so
             "runAsNonRoot != true",
             "runAsUser=0",
@@ -413,7 +420,8 @@ def test_nothing_runs_privileged() -> None:
             assert sc.get("allowPrivilegeEscalation") is False, where
             assert sc.get("readOnlyRootFilesystem") is True, where
             assert sc.get("capabilities", {}).get("drop") == ["ALL"], where
-            assert not sc.get("capabilities", {}).get("add"), where
+            discovers = container["name"] == "probe" and "--no-engine-discovery" not in container.get("args", [])
+            assert sc.get("capabilities", {}).get("add", []) == (DISCOVERY_CAPABILITIES if discovers else []), where
             seccomp = sc.get("seccompProfile", pod_security.get("seccompProfile", {}))
             assert seccomp.get("type") == "RuntimeDefault", where
             assert not any("hostPort" in port for port in container.get("ports", [])), where
@@ -505,14 +513,15 @@ def test_probe_daemonset(shape: str) -> None:
         assert host == "otel-collector.observability.svc"
 
 
-def test_only_the_containers_that_mount_pod_resources_run_as_root() -> None:
-    mounting = {
+def test_only_the_containers_that_mount_pod_resources_or_discover_engines_run_as_root() -> None:
+    needing = {
         (w["kind"], w["metadata"]["name"], c["name"])
         for _, w in workloads()
         for c in containers(w)
         if POD_RESOURCES_DIR in mounts(c)
+        or c.get("securityContext", {}).get("capabilities", {}).get("add") == DISCOVERY_CAPABILITIES
     }
-    assert mounting == ROOT_CONTAINERS
+    assert needing == ROOT_CONTAINERS
 
 
 def test_gateway_deployment_and_service() -> None:

@@ -140,14 +140,20 @@ seccompProfile:
 {{- end -}}
 
 {{- define "gputally.securityContext" -}}
-{{- if . -}}
-# Root, without any capability. The kubelet creates
-# /var/lib/kubelet/pod-resources/kubelet.sock owned by root and writable by root only
-# (srwxr-xr-x on the common distributions), and connecting to a Unix socket needs write
-# permission on it. uid 0 passes that as the socket's owner, so no capability is needed: ALL
-# stay dropped, the root filesystem is read-only, privilege escalation is off, and every host
-# path is mounted read-only. Where the kubelet's socket is made group-accessible, run as 10001
-# with that group in supplementalGroups instead.
+{{- $root := . -}}
+{{- $capabilities := list -}}
+{{- if kindIs "slice" . -}}
+{{- $root = index . 0 -}}
+{{- $capabilities = index . 1 -}}
+{{- end -}}
+{{- if $root -}}
+# Root. The kubelet creates /var/lib/kubelet/pod-resources/kubelet.sock owned by root and
+# writable by root only (srwxr-xr-x on the common distributions), and connecting to a Unix
+# socket needs write permission on it: uid 0 passes that as the socket's owner, with no
+# capability. ALL are dropped (only those added below are kept: a container of another uid
+# would not hold them), the root filesystem is read-only, privilege escalation is off, and
+# every host path is mounted read-only. Where the kubelet's socket is made group-accessible
+# and engine discovery is off, run as 10001 with that group in supplementalGroups instead.
 runAsNonRoot: false
 runAsUser: 0
 runAsGroup: 0
@@ -161,6 +167,9 @@ allowPrivilegeEscalation: false
 privileged: false
 capabilities:
   drop: ["ALL"]
+  {{- with $capabilities }}
+  add: {{ toJson . }}
+  {{- end }}
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
@@ -296,6 +305,16 @@ tolerations:
     - --sys-root
     - /host/sys
     {{- end }}
+    {{- if $.Values.probe.engines.discovery }}
+    - --cgroup-root
+    - /host/sys/fs/cgroup
+    {{- else }}
+    - --no-engine-discovery
+    {{- end }}
+    {{- range $.Values.probe.engines.endpoints }}
+    - --engine
+    - {{ . | quote }}
+    {{- end }}
     {{- with $.Values.probe.extraArgs }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -313,11 +332,22 @@ tolerations:
   resources:
     {{- toYaml $.Values.probe.resources | nindent 4 }}
   securityContext:
-    {{- include "gputally.securityContext" $podResources | nindent 4 }}
+    {{- $discovery := and $.Values.probe.engines.discovery true }}
+    {{- if $discovery }}
+    # Engine discovery adds SYS_PTRACE (the sockets of other users' processes, their
+    # /proc/<pid>/fd) and SYS_ADMIN (setns(2) into a pod's network namespace), as root;
+    # probe.engines.discovery=false drops both.
+    {{- end }}
+    {{- include "gputally.securityContext" (list (or $podResources $discovery) (ternary (list "SYS_ADMIN" "SYS_PTRACE") (list) $discovery)) | nindent 4 }}
   volumeMounts:
     - name: host-proc   # cgroup hints of GPU processes (/host/proc/<pid>/cgroup)
       mountPath: /host/proc
       readOnly: true
+    {{- if $.Values.probe.engines.discovery }}
+    - name: host-cgroup   # the processes of a GPU process's container (engine discovery)
+      mountPath: /host/sys/fs/cgroup
+      readOnly: true
+    {{- end }}
     {{- if $podResources }}
     - name: pod-resources   # the directory, so a kubelet restart (new socket) is survived
       mountPath: {{ $.Values.podResourcesDir }}
@@ -346,6 +376,12 @@ tolerations:
   hostPath:
     path: /proc
     type: Directory
+{{- if $.Values.probe.engines.discovery }}
+- name: host-cgroup
+  hostPath:
+    path: /sys/fs/cgroup
+    type: Directory
+{{- end }}
 {{- if eq $.Values.probe.vendor "gaudi" }}
 - name: host-sys
   hostPath:
