@@ -181,8 +181,8 @@ def _histogram_series(family: Family) -> dict[LabelKey, _Series]:
     previous: tuple[dict[str, str], LabelKey] | None = None  # a series' buckets come one after another
     for sample in family.samples:
         if sample.name.endswith("_bucket"):
-            le = sample.labels.get("le")
-            rest = {k: v for k, v in sample.labels.items() if k != "le"}
+            rest = sample.labels.copy()  # its labels but the bound (copied and popped in C)
+            le = rest.pop("le", None)
             if previous is not None and previous[0] == rest:
                 labels = previous[1]
             else:
