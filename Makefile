@@ -50,10 +50,12 @@ test: venv harness go-test
 	$(MAKE) docs
 	$(BIN)/python -m pytest
 
-# The Collector-side bridge processor (its own Go module): vet, unit tests under the race
-# detector, and staticcheck (built once into ~/.cache/gputally by its harness script), with the
-# Go in /usr/local/go only (no toolchain download); the first run fetches modules from the proxy.
+# The Collector-side bridge processor (its own Go module): its mdatagen output current, vet,
+# unit tests (the generated lifecycle tests too) under the race detector, and staticcheck
+# (mdatagen and staticcheck built once into ~/.cache/gputally by their harness scripts), with
+# the Go in /usr/local/go only (no toolchain download); the first run fetches modules from the proxy.
 go-test:
+	mdatagen=$$(tests/harness/mdatagen/build.sh) && tests/harness/mdatagen/check.sh $${mdatagen#MDATAGEN=}
 	cd collector/gputallyprocessor && GOTOOLCHAIN=local go vet ./... && GOTOOLCHAIN=local go test -race ./...
 	staticcheck=$$(tests/harness/staticcheck/build.sh) && cd collector/gputallyprocessor && \
 		GOTOOLCHAIN=local $${staticcheck#STATICCHECK=} ./...

@@ -1,6 +1,8 @@
 // Copyright gputally authors
 // SPDX-License-Identifier: Apache-2.0
 
+//go:generate mdatagen metadata.yaml
+
 // Package gputallyprocessor is a Collector processor that hands each batch to gputally's
 // bridge (proto/bridge in the gputally repository: one unary gRPC call per batch), which runs
 // one of its pipelines on it, and continues the Collector's pipeline with the answer.
@@ -15,12 +17,14 @@ import (
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/processorhelper"
+
+	"github.com/gputally/gputally/collector/gputallyprocessor/internal/metadata"
 )
 
-var componentType = component.MustNewType("gputally")
+// componentType is the processor's type, generated from metadata.yaml (with its stability).
+var componentType = metadata.Type
 
 const (
-	stability                = component.StabilityLevelAlpha
 	defaultTimeout           = 5 * time.Second
 	defaultMaxMessageSizeMiB = 64
 )
@@ -31,9 +35,9 @@ func NewFactory() processor.Factory {
 	return processor.NewFactory(
 		componentType,
 		createDefaultConfig,
-		processor.WithMetrics(f.createMetrics, stability),
-		processor.WithLogs(f.createLogs, stability),
-		processor.WithTraces(f.createTraces, stability),
+		processor.WithMetrics(f.createMetrics, metadata.MetricsStability),
+		processor.WithLogs(f.createLogs, metadata.LogsStability),
+		processor.WithTraces(f.createTraces, metadata.TracesStability),
 	)
 }
 
