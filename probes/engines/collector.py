@@ -48,6 +48,7 @@ Read = Callable[[Endpoint, Connect], Awaitable[EngineReading]]
 
 _BACKOFF_FIRST_S = 30.0
 _BACKOFF_MOST_S = 900.0
+_FOUND_EVERY_S = 600.0
 
 
 @dataclass(eq=False)
@@ -119,6 +120,9 @@ class EngineReads:
         self._found: dict[tuple[str, str, int, str], _Target] = {}
         self._counters = CounterStarts(probe_start_ns=wall())
         self._throttle = LogThrottle(log, interval=warn_every_s, clock=clock)
+        self._found_log = LogThrottle(log, interval=_FOUND_EVERY_S, clock=clock)
+        """"found" once per endpoint per interval: a container whose GPU process NVML lists only on
+        some cycles (an engine idle between requests) loses and finds its engine again."""
         self._once: Once[str] = Once()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gputally-engines")
         self._scanning: asyncio.Future[_Context] | None = None
@@ -333,7 +337,8 @@ class EngineReads:
             target.is_engine, target.engine = True, outcome.engine
             if container is not None:
                 container.engine_found = True
-            log.info("found %s in %s", target.label(), target.container)
+            self._found_log.log(f"{target.container}|{target.label()}", logging.INFO, "found %s in %s",
+                                target.label(), target.container)
         known = None
         if container is not None:
             hints = container.hints.get(target.endpoint.pid or -1, {})

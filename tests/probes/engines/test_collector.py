@@ -21,12 +21,13 @@ pytestmark = needs_cgroups
 
 
 def engines(gpu_pids: list[int], read: Read, *, explicit: tuple[str, ...] = (), discover: bool = True,
-            deadline_s: float = 2.0, gpu_delay_s: float = 0.0, warn_every_s: float = 60.0) -> EngineCollector:
+            deadline_s: float = 2.0, gpu_delay_s: float = 0.0, warn_every_s: float = 60.0,
+            gpu: GpuCollector | None = None) -> EngineCollector:
     procfs = ProcFs(Path("/proc"))
     reads = EngineReads(read, walker=Discovery(processes=procfs), processes=procfs, node_name="node-a",
                         explicit=[parse_engine(spec) for spec in explicit], discover=discover,
                         warn_every_s=warn_every_s)
-    return EngineCollector(GpuCollector(gpu_pids, delay_s=gpu_delay_s), reads, deadline_s=deadline_s)
+    return EngineCollector(gpu or GpuCollector(gpu_pids, delay_s=gpu_delay_s), reads, deadline_s=deadline_s)
 
 
 def values(entity: object, name: str) -> list[float | int]:
@@ -94,6 +95,27 @@ async def test_an_engine_in_a_pod_network_is_found_from_its_gpu_process_and_read
         assert engine.attributes["gputally.inference.gpu.pids"] == (gpu.pid,)
         assert values(engine, "gputally.inference.tokens") == [5]
     assert reader.reads == {("127.0.0.1", port): 3, ("127.0.0.1", other): 1}  # not an engine: tried once
+
+
+async def test_an_engine_whose_gpu_process_comes_and_goes_is_announced_once(
+        pod: PodCgroup, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """NVML lists an engine's process only on some cycles (idle between requests, a replay's
+    readings): the container, and its engine, go and come back; one INFO line says so, not one
+    a cycle."""
+    gpu = pod.gpu_process()
+    port = free_port()
+    pod.server(port, exposition=exposition(tmp_path), host="0.0.0.0")
+    gpus = GpuCollector([gpu.pid])
+    collector = engines([], Reader(), gpu=gpus)
+    seen = []
+    with caplog.at_level(logging.INFO, logger="gputally.probes.engines.collector"):
+        for cycle in range(6):
+            gpus.pids = [gpu.pid] if cycle % 2 == 0 else []
+            seen.append(len([e for e in (await collector.collect()).entities if e.kind == "engine"]))
+    await collector.close()
+
+    assert seen == [1, 0, 1, 0, 1, 0]  # read whenever its process is on the GPU
+    assert len([r for r in caplog.records if r.getMessage().startswith("found ")]) == 1
 
 
 async def test_a_changed_container_is_tried_afresh(pod: PodCgroup, tmp_path: Path) -> None:
