@@ -55,8 +55,9 @@ class _Series:
 def needs_model(mapping: EngineMapping, families: Iterable[Family]) -> bool:
     """Whether some series the mapping reads names no served model (so one must be asked)."""
     wanted = {_norm(rule.family) for rule in mapping.rules}
-    return any(
-        not any(label in sample.labels for label in mapping.model_labels)
+    model_labels = frozenset(mapping.model_labels)
+    return any(  # per sample one set test in C: this runs on every read
+        sample.labels.keys().isdisjoint(model_labels)
         for family in families if _norm(family.name) in wanted
         for sample in family.samples
     )
@@ -178,31 +179,30 @@ def _add_scalar(acc: dict[tuple[MetricDef, Attributes], _Scalar], rule: Rule, at
 
 def _histogram_series(family: Family) -> dict[LabelKey, _Series]:
     series: dict[LabelKey, _Series] = {}
-    previous: tuple[dict[str, str], LabelKey] | None = None  # a series' buckets come one after another
+    rest_before: dict[str, str] | None = None  # a series' buckets come one after another:
+    current = _Series()  # the series of the bucket before, found again only when its labels change
     for sample in family.samples:
         if sample.name.endswith("_bucket"):
             rest = sample.labels.copy()  # its labels but the bound (copied and popped in C)
             le = rest.pop("le", None)
-            if previous is not None and previous[0] == rest:
-                labels = previous[1]
-            else:
-                labels = _key(rest)
-                previous = (rest, labels)
+            if rest != rest_before:
+                rest_before, labels = rest, _key(rest)
+                current = series.setdefault(labels, _Series())
             try:
-                bound = float(le) if le is not None else math.nan
-            except ValueError:
+                bound = float(le)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
                 bound = math.nan
-            if math.isnan(bound):
+            if bound != bound:  # NaN: no bound at all
                 raise ExpositionError(f"{sample.name} has a bucket without a valid 'le' label: {le!r}")
-            series.setdefault(labels, _Series()).buckets.append((bound, sample.value))
+            current.buckets.append((bound, sample.value))
         elif sample.name.endswith("_sum"):
             series.setdefault(_key(sample.labels), _Series()).sum = sample.value
     for labels, one in series.items():
         one.buckets.sort()
         if not one.buckets or one.buckets[-1][0] != math.inf:
             raise ExpositionError(f"histogram {family.name}{dict(labels)} has no +Inf bucket")
-        if any(not math.isfinite(c) or c < 0 for _, c in one.buckets) or any(
-                b[1] < a[1] for a, b in zip(one.buckets, one.buckets[1:])):
+        counts = [c for _, c in one.buckets]  # finite, not negative, not decreasing (checked in C)
+        if not (all(map(math.isfinite, counts)) and counts[0] >= 0 and counts == sorted(counts)):
             raise ExpositionError(f"histogram {family.name}{dict(labels)} has bucket counts that are not cumulative")
     return series
 
