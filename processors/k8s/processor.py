@@ -326,14 +326,16 @@ class K8sProcessor(RuntimeProcessor[K8sRuntime]):
             return _Skip(held)
         runtime = self.runtime
         pid = hints.get(semconv.PROCESS_PID)
-        if isinstance(pid, int):
-            cgroup = hints.get(semconv.PROCESS_CGROUP)
+        cgroup = hints.get(semconv.PROCESS_CGROUP)
+        # A process, or what runs in a cgroup without a pid of its own (an inference engine read
+        # as `--engine URL,cgroup=PATH`): named by its cgroup.
+        if isinstance(pid, int) or (isinstance(cgroup, str) and cgroup and not isinstance(hints.get(semconv.HW_ID), str)):
             if isinstance(cgroup, str) and cgroup:
                 info = parse_cgroup(cgroup)
                 if info.kind == "kubernetes" and info.pod_uid:
                     return _Cgroup(held, info.pod_uid, info.container_id)
                 return _NoOwner(held)
-            if runtime.proc is not None:
+            if isinstance(pid, int) and runtime.proc is not None:
                 start = hints.get(semconv.PROCESS_START)
                 return _Pid(held, pid, start if isinstance(start, str) and start else None)
             return _NoOwner(held)

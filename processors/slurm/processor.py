@@ -6,7 +6,8 @@ Per resource, once per batch (never per data point):
 * A process (``process.pid``): the job from its ``process.linux.cgroup`` hint (the shared
   :func:`~gputally.cgroup.parse.parse_cgroup`); when that says nothing and the resource
   comes from this node, from this node's /proc (cgroup, then ``SLURM_JOB_ID`` in its
-  environment), read in the background.
+  environment), read in the background. A resource with the cgroup hint and neither a pid
+  nor ``hw.id`` (an inference engine read as ``--engine URL,cgroup=PATH``) goes by its cgroup.
 * A GPU (``hw.id`` without ``process.pid`` or ``hw.parent``): the job holding its GRES index
   on its node (``host.name``), from the running jobs' allocations, so an allocated idle GPU
   has an owner.
@@ -274,13 +275,13 @@ class SlurmProcessor(RuntimeProcessor[SlurmRuntime]):
             return _NOTHING  # attributed upstream
         pid = _int(hints.get(PID))
         host = _str(hints.get(HOST))
-        if pid is not None:
-            return self._process(pid, host, hints, present)
+        if pid is not None or (_str(hints.get(CGROUP)) and HW_ID not in hints):
+            return self._process(pid, host, hints, present)  # a process, or an engine read with cgroup=
         if HW_ID in hints and HW_PARENT not in hints and self.config.gres.enabled:
             return self._gpu(host, hints, present)
         return _NOTHING
 
-    def _process(self, pid: int, host: str | None, hints: Mapping[str, Any], present: set[str]) -> _Answer:
+    def _process(self, pid: int | None, host: str | None, hints: Mapping[str, Any], present: set[str]) -> _Answer:
         found: Found | None = None
         text = _str(hints.get(CGROUP))
         if text:
@@ -288,7 +289,8 @@ class SlurmProcessor(RuntimeProcessor[SlurmRuntime]):
             if info.kind == "slurm" and info.slurm_job_id is not None:
                 found = Found(info.slurm_job_id, info.slurm_step, info.slurm_uid, "cgroup")
         runtime = self.runtime
-        if found is None and runtime.local is not None and (host is None or host in runtime.local_hosts):
+        if found is None and pid is not None and runtime.local is not None and (
+                host is None or host in runtime.local_hosts):
             found = runtime.local.lookup(pid, _str(hints.get(START)))
         if found is None:
             return _Answer(source="none")

@@ -21,7 +21,7 @@ from gputally.probes.core.otlp_shape import metrics_request
 from gputally.probes.engines.collector import EngineCollector, EngineReads
 from gputally.probes.engines.discover import Discovery
 from gputally.processors.slurm import JobInfo, SlurmConfig, SlurmProcessor, SlurmRuntime
-from tests.processors.builders import attributes, reencoded, resources
+from tests.processors.builders import all_kinds, attributes, metrics_batch, reencoded, resource_metrics, resources
 from tests.processors.slurm.fakes import FakeBackend
 from tests.probes.engines.pods import CGROUP_ROOT, SERVER, GpuCollector, Reader, exposition
 
@@ -88,3 +88,26 @@ async def test_an_engine_gets_the_job_of_its_cgroup(tmp_path: Path) -> None:
     del process["slurm.job.step"], engine["slurm.job.step"]
     assert engine == process
     assert engine["slurm.job.id"] == 4242 and engine["slurm.job.user"] == "alice"
+
+
+async def test_an_explicit_engine_with_only_a_cgroup_gets_its_job() -> None:
+    """`--engine URL,engine=llamacpp,cgroup=/slurm/uid_1001/job_4242/step_batch` (the README's
+    bare-metal form, no pid): the engine's resource carries only the cgroup, and slurm names the
+    job from it."""
+    engine = {"gputally.inference.engine": "llamacpp", "host.name": "n1", "server.address": "10.0.0.5",
+              "server.port": 8080, "process.linux.cgroup": "0::/slurm/uid_1001/job_4242/step_batch"}
+    settings: dict[str, Any] = {"backend": "slurmrestd", "slurmrestd": {"endpoint": "http://x", "token": "t"}}
+    runtime = SlurmRuntime(SlurmConfig.model_validate(settings), backend=FakeBackend(JOB), node_name="n1")
+    proc = SlurmProcessor(runtime, signal=Signal.METRICS)
+    await proc.start()
+    try:
+        raw = metrics_batch(resource_metrics(engine, all_kinds([{}]))).serialize()
+        await proc.process(Batch.decode(Signal.METRICS, raw))
+        await asyncio.wait_for(proc.lookups_answered(), 5)
+        out = await proc.process(Batch.decode(Signal.METRICS, raw))
+    finally:
+        await proc.shutdown()
+    assert out is not None
+    [attributed] = slurm_of(out)
+    assert attributed["slurm.job.id"] == 4242 and attributed["slurm.job.user"] == "alice"
+    assert attributed["slurm.job.step"] == "batch"
