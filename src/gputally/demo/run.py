@@ -1,6 +1,7 @@
 """The demo's run: a sink, the node's services (PodResources, CRI, slurmrestd: stand-ins
-answering from the recording, :mod:`.cluster`), ``gputally serve`` and ``gputally probe nvml
---replay`` as subprocesses of this one, then the chargeback table.
+answering from the recording, :mod:`.cluster`), an inference engine in the notebook pod (a
+stand-in too, :mod:`.engine`), ``gputally serve`` and ``gputally probe nvml --replay`` as
+subprocesses of this one, then the chargeback table and the served-model table.
 
 Everything else goes through the real commands and protocols, so what the demo shows is what
 a deployment does. The recording is replayed once, at its own pace (the probe's interval is
@@ -32,9 +33,12 @@ from gputally.cgroup import parse_cgroup
 from . import cluster as stand_ins
 from . import synthetic
 from .config import ENERGY_PRICE_PER_KWH, PRICE_PER_GPU_HOUR, free_port, kubeconfig, serve_config
+from .engine import INPUT_PER_OUTPUT, MODEL, OUTPUT_TOKENS_PER_S, Counters, Engine, Pace, utilization_of
+from .served import served_table
 from .sink import Event, Sink
 
-__all__ = ["DemoError", "Options", "Result", "find_recording", "owner_name", "pace", "replay", "run_demo"]
+__all__ = ["NOTEBOOK_PID", "DemoError", "Options", "Result", "engine_cgroup", "find_recording", "owner_name", "pace",
+           "replay", "run_demo"]
 
 RECORDING = "h200-three-workloads-timeseries.json"
 # Where a checkout finds the recording: the shared fixtures beside the repository.
@@ -49,6 +53,12 @@ PROMETHEUS = {
     "gputally.usage.cost": "gputally_usage_cost_total",
     "gputally.usage.memory.peak": "gputally_usage_memory_peak_bytes",
 }
+SERVED_PROMETHEUS = ("gputally_usage_tokens_total", "gputally_usage_model_allocated_time_seconds_total",
+                     "gputally_usage_model_busy_time_seconds_total", "gputally_usage_model_energy_joules_total",
+                     "gputally_usage_model_cost_total", "gputally_usage_model_busy_cost_total")
+NOTEBOOK_PID = 449
+"""The notebook pod's process, in the H200 recording and in :mod:`.synthetic` alike: the
+stand-in engine serves in its pod, at its recorded SM utilization."""
 
 
 class DemoError(Exception):
@@ -75,6 +85,10 @@ class Result:
     recording: dict[str, Any]
     interval: float
     readings: int
+    engine: Counters | None = None
+    """What the stand-in engine had served when the probe last read it (None: no engine ran)."""
+    pace: Pace | None = None
+    """The stand-in's throughput over the replay."""
 
 
 def find_recording(given: Path | None) -> Path | None:
@@ -115,6 +129,19 @@ def owner_name(kind: str, owner_id: str, attributes: dict[str, object] | None = 
             return f"Slurm job {info.slurm_job_id}"
         return f"pod {info.pod_uid}" if info.pod_uid else (info.path or owner_id)
     return owner_id if kind in ("unallocated", "unattributed") else f"{kind} {owner_id}"
+
+
+def engine_cgroup(data: dict[str, Any], pid: int = NOTEBOOK_PID) -> str | None:
+    """``pid``'s cgroup path in the recording (its first reading's ``proc_facts``, the cgroup v2
+    line without ``0::``), for the probe's ``--engine ...,cgroup=``; None when it has none."""
+    for snapshot in data.get("snapshots", []):
+        text = (snapshot.get("proc_facts") or {}).get(str(pid), {}).get("cgroup")
+        if isinstance(text, str):
+            lines = [line for line in text.splitlines() if line.strip()]
+            line = next((line for line in lines if line.startswith("0::")), lines[0] if lines else "")
+            path = line.split(":", 2)[-1].strip()
+            return path if path.startswith("/") and "," not in path else None
+    return None
 
 
 def _gputally() -> list[str]:
@@ -187,19 +214,39 @@ def gpu_lines(sink: Sink, model: str, limit_w: float | None, currency: str) -> s
     return "\n".join(out) + "\n"
 
 
+def engine_lines(sink: Sink, engine: Engine | None, pod: str) -> str:
+    """What the stand-in engine is, and what it served as the probe last read it."""
+    if engine is None:
+        return f"No inference engine: the recording has no notebook process (pid {NOTEBOOK_PID}) with a cgroup.\n"
+    served = engine.last
+    if served is None:
+        return "The stand-in inference engine was never read by the probe.\n"
+    answered = sum(1 for _, up in sink.engine_reads if up == 1)
+    return (f"The engine is a stand-in (no GPU engine runs in the demo): vLLM's /metrics for {MODEL} in {pod},\n"
+            f"  {OUTPUT_TOKENS_PER_S:,} output tokens/s at 100 % SM x pid {NOTEBOOK_PID}'s recorded SM utilization, "
+            f"{INPUT_PER_OUTPUT} input tokens per output token.\n"
+            f"  It served {served.input:,} input and {served.output:,} output tokens; the probe read it "
+            f"{len(sink.engine_reads)} times ({answered} answered) with --engine URL,engine=vllm,cgroup=<its pod's>.\n")
+
+
 def _epilogue(admin_port: int) -> str:
     names = "\n".join(f"  {otlp:32} -> {prom}" for otlp, prom in PROMETHEUS.items())
+    served = "".join(f"\n    {name}" for name in SERVED_PROMETHEUS)
     return f"""
 Where the same data appears in a deployment:
   Prometheus (its OTLP receiver, or an otelcol in front of it), one series per owner and GPU:
 {names}
+  and per owner, served model and engine (the model accounts also per GPU):{served}
   e.g. busy GPU-hours by owner:
     sum by (gputally_usage_owner_id) (increase(gputally_usage_busy_time_seconds_total[30d])) / 3600
-  `gputally report --prometheus URL` prints this table from Prometheus for any time range;
-  Grafana: the Chargeback and Idle GPUs dashboards (collector-config/dashboards/);
+  `gputally report --prometheus URL` prints the chargeback table from Prometheus for any time range,
+  `gputally report --prometheus URL --by served-model` the served-model table;
+  Grafana: the Chargeback, Fleet (idle capacity) and Inference dashboards (collector-config/dashboards/
+  gputally-chargeback.json, gputally-fleet.json, gputally-inference.json);
   alert rules: collector-config/alerts/. gputally's own metrics were at http://127.0.0.1:{admin_port}/metrics.
   The pods were named by the kubelet's PodResources and the container runtime's CRI, the job by
-  slurmrestd: stand-ins on this machine answering from the recording (no Kubernetes API, no Slurm).
+  slurmrestd, the served model by the stand-in engine's /metrics: stand-ins on this machine
+  answering from the recording (no Kubernetes API, no Slurm, no GPU).
 """
 
 
@@ -266,13 +313,21 @@ async def _demo(options: Options, out: TextIO, log: IO[str], scratch: Path) -> R
     serve = await asyncio.create_subprocess_exec(*_gputally(), "serve", "--config", "env:GPUTALLY_DEMO_CONFIG",
                                                  env=env, stdout=asyncio.subprocess.DEVNULL, stderr=log)
     probe: asyncio.subprocess.Process | None = None
+    cgroup = engine_cgroup(data)
+    snapshots = data["snapshots"]
+    engine = None if cgroup is None else Engine(Pace(
+        utilization_of((snapshots[k % len(snapshots)] for k in range(readings)), NOTEBOOK_PID), interval))
     try:
         await asyncio.to_thread(_wait_ready, f"http://127.0.0.1:{admin_port}/readyz", time.monotonic() + 30)
+        engines: list[str] = []
+        if engine is not None:  # started after serve: usage counts a series begun after its own start in full
+            engines = ["--engine", f"http://127.0.0.1:{await engine.start()}/metrics,engine=vllm,cgroup={cgroup}"]
+        started = time.time()
         probe = await asyncio.create_subprocess_exec(
             *_gputally(), "probe", "nvml", "--replay", str(recording), "--endpoint", f"127.0.0.1:{grpc_port}",
             "--insecure", "--interval", f"{interval}s", "--pod-resources", str(kubelet_socket), "--cri", str(cri_socket),
             "--pod-resources-refresh", "1s", "--node-name", node, "--summary-every", "0", "--log-level", "warn",
-            env=env, stdout=asyncio.subprocess.DEVNULL, stderr=log)
+            *engines, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + readings * interval + 30
         while max((len(v) for v in sink.readings.values()), default=0) < readings:  # one lap, then stop
             if probe.returncode is not None or time.monotonic() > deadline:
@@ -285,8 +340,11 @@ async def _demo(options: Options, out: TextIO, log: IO[str], scratch: Path) -> R
         for proc in (probe, serve):
             await _stop(proc)
         await node_server.stop(None)
+        if engine is not None:
+            await engine.shutdown()
         for runner in runners:
             await runner.cleanup()
+    ended = time.time()
     if not sink.counters:
         raise DemoError("no usage counters arrived from gputally serve")
     currency = next((str(a.get("gputally.usage.currency")) for a in sink.owners.values()
@@ -297,8 +355,18 @@ async def _demo(options: Options, out: TextIO, log: IO[str], scratch: Path) -> R
     out.write(table(sink))
     out.write("\n" + gpu_lines(sink, str(data.get("device", {}).get("name", "GPU")),
                                limit / 1000 if isinstance(limit, int | float) else None, currency))
+    served = engine.last if engine is not None else None
+    if sink.served:
+        print("\nWhat the notebook's inference engine served, and what its tokens cost (the usage processor's "
+              "served-model\ncounters, as `gputally report --by served-model` prints them):\n", file=out)
+        out.write(served_table(sink, start=started, end=ended))
+    elif engine is not None:
+        print("\nNo served-model counters arrived from gputally serve.", file=out)
+    uid = parse_cgroup(f"0::{cgroup}").pod_uid if cgroup else None
+    pod = owner_name("k8s.pod", uid, sink.owners.get(("k8s.pod", uid))) if uid else "the notebook pod"
+    out.write("\n" + engine_lines(sink, engine, pod))
     out.write(_epilogue(admin_port))
-    return Result(sink, data, interval, readings)
+    return Result(sink, data, interval, readings, served, engine.pace if engine is not None else None)
 
 
 def replay(options: Options, *, out: TextIO | None = None, err: TextIO | None = None) -> Result:

@@ -1,5 +1,10 @@
 """The demo's backend: a loopback OTLP/HTTP endpoint that keeps the latest usage counters and
-hands each usage event to a callback as it arrives (what a real backend would store)."""
+hands each usage event to a callback as it arrives (what a real backend would store).
+
+The served models' accounts (``gputally.usage.tokens`` and ``gputally.usage.model.*``) are kept
+apart from the per-owner counters, one series per (owner, served model, engine, token type or
+GPU), as Prometheus keeps them: under the owner's key alone input and output tokens, and the
+model accounts of two GPUs, would overwrite each other, and the chargeback table would see them."""
 
 from __future__ import annotations
 
@@ -12,7 +17,15 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-__all__ = ["Event", "Sink"]
+__all__ = ["SERVED", "TOKENS", "Event", "ServedKey", "Sink"]
+
+TOKENS = "gputally.usage.tokens"
+SERVED = frozenset({TOKENS, "gputally.usage.model.allocated.time", "gputally.usage.model.busy.time",
+                    "gputally.usage.model.energy", "gputally.usage.model.cost", "gputally.usage.model.busy.cost"})
+"""The served models' accounts (docs/accounts.md, "Usage accounts")."""
+ServedKey = tuple[str, str, str, str, str]
+"""(owner kind, owner id, served model ``gen_ai.request.model``, engine ``gputally.inference.engine``,
+token type ``gen_ai.token.type`` for tokens, else the GPU's ``hw.id``)."""
 
 
 def _value(value: AnyValue) -> object:
@@ -68,6 +81,15 @@ class Sink:
     readings: dict[str, list[float]] = field(default_factory=dict)
     """hw.id -> the GPU's energy counter (``hw.energy``, J) in each reading the probe sent, as it
     passed through serve: what the counters are held to."""
+    stamps: dict[str, list[int]] = field(default_factory=dict)
+    """hw.id -> each of those readings' time (ns): when the probe sent it."""
+    served: dict[ServedKey, dict[str, float]] = field(default_factory=dict)
+    """The served models' accounts: key -> metric name -> its latest cumulative value."""
+    served_attributes: dict[ServedKey, dict[str, object]] = field(default_factory=dict)
+    """key -> the resource and point attributes of its series (``hw.model``, the currency...)."""
+    engine_reads: list[tuple[int, float]] = field(default_factory=list)
+    """Each engine read the probe sent through serve: (time in ns, ``gputally.inference.up``)."""
+    _served_at: dict[tuple[ServedKey, str], int] = field(default_factory=dict, init=False, repr=False)
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -86,6 +108,13 @@ class Sink:
                     hw_id = str(resource.get("hw.id", ""))
                     if metric.name == "hw.energy" and hw_id and "process.pid" not in resource:
                         self.readings.setdefault(hw_id, []).extend(_number(p) for p in points)
+                        self.stamps.setdefault(hw_id, []).extend(p.time_unix_nano for p in points)
+                        continue
+                    if metric.name == "gputally.inference.up":
+                        self.engine_reads.extend((p.time_unix_nano, _number(p)) for p in points)
+                        continue
+                    if metric.name in SERVED:
+                        self._keep_served(metric.name, resource, points)
                         continue
                     if not metric.name.startswith("gputally.usage."):
                         continue
@@ -103,6 +132,20 @@ class Sink:
                         self.counters[(*key, metric.name)] = value
                         self.owners.setdefault(key, {}).update(attrs)  # metadata that came late, too
         return web.Response(content_type="application/x-protobuf", body=b"")
+
+    def _keep_served(self, name: str, resource: dict[str, object], points: Iterable[Any]) -> None:
+        """The latest point of each served-model series (by its time: a counter's first emit
+        also carries a 0 at its start)."""
+        for point in points:
+            attrs = {**resource, **_attrs(point.attributes)}
+            last = attrs.get("gen_ai.token.type") if name == TOKENS else attrs.get("hw.id")
+            key = (str(attrs.get("gputally.usage.owner.kind", "")), str(attrs.get("gputally.usage.owner.id", "")),
+                   str(attrs.get("gen_ai.request.model", "")), str(attrs.get("gputally.inference.engine", "")),
+                   str(last or ""))
+            if point.time_unix_nano >= self._served_at.get((key, name), -1):
+                self._served_at[(key, name)] = point.time_unix_nano
+                self.served.setdefault(key, {})[name] = _number(point)
+            self.served_attributes.setdefault(key, {}).update(attrs)
 
     async def _logs(self, request: web.Request) -> web.Response:
         message = ExportLogsServiceRequest.FromString(await request.read())
