@@ -4,6 +4,7 @@ capacity. Each test writes its own owner, a few minutes of samples within the la
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Iterator, Mapping
@@ -15,8 +16,6 @@ from harness.prometheus.server import Binaries, Prometheus
 
 from tests.report.support import report
 
-BASE = time.time() - 45 * 60
-"""Samples go from 45 minutes ago on, inside Prometheus' out-of-order window."""
 GPU = {"hw.model": "NVIDIA H100 80GB HBM3", "host.name": "node-1", "gputally.gpu.index": 0}
 
 
@@ -26,8 +25,17 @@ def prom(prometheus_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory
         yield server
 
 
+@functools.cache
+def base() -> float:
+    """Samples go from 45 minutes before the first is written on: inside Prometheus'
+    out-of-order window and the reports' ``--since 1h``. Taken when first asked, not at import:
+    a whole-suite run collects this module (and the two that share it) many minutes before
+    their tests run, and samples written then would fall out of the hour."""
+    return time.time() - 45 * 60
+
+
 def at(minute: float) -> float:
-    return BASE + minute * 60
+    return base() + minute * 60
 
 
 def emit(prom: Prometheus, minute: float, owner: tuple[str, str], value: float, *, start: float,
