@@ -37,7 +37,7 @@ from .frames import DEFAULT_WINDOW, HEADER, PREFACE, ErrorCode, Setting, Type, f
 from .limits import Limits
 from .receive import CONNECTION_WINDOW, STREAM_WINDOW, Reader
 from .send import Sender
-from .states import Closure, StreamInput, StreamState
+from .states import AFTER, Closure, StreamInput, StreamState, refuse
 from .streams import Stream, StreamTable
 
 __all__ = ["CONNECTION_WINDOW", "RECEIVE_FRAME_SIZE", "STREAM_WINDOW", "Core", "ProtocolError", "StreamError"]
@@ -50,6 +50,7 @@ _DATA, _HEADERS, _CONTINUATION = int(Type.DATA), int(Type.HEADERS), int(Type.CON
 _HALF_LOCAL, _HALF_REMOTE = StreamState.HALF_CLOSED_LOCAL, StreamState.HALF_CLOSED_REMOTE
 _SEND_END, _SEND_RST = StreamInput.SEND_END_STREAM, StreamInput.SEND_RST_STREAM
 _ENDED, _RESET_SENT = Closure.ENDED, Closure.RESET_SENT
+_ON_SEND_END = AFTER[_SEND_END]  # the transition table's row for our END_STREAM (:data:`~.states.AFTER`)
 
 
 class Core:
@@ -276,11 +277,16 @@ class Core:
             self._sender.unblock(stream.id)
 
     def _sent_end(self, stream: Stream) -> None:
-        """Our last frame on ``stream`` is written."""
+        """Our last frame on ``stream`` is written (once a call: :meth:`_close` and
+        ``stream.advance`` inlined)."""
         if stream.state is _HALF_REMOTE:
-            self._close(stream, _SEND_END, _ENDED)
+            if self.streams.close(stream, _SEND_END, _ENDED) and self._sender.blocked:
+                self._sender.unblock(stream.id)
         else:
-            stream.advance(_SEND_END)
+            state = _ON_SEND_END[stream.state]
+            if state is None:
+                refuse(stream.state, _SEND_END)
+            stream.state = state
         self._on_local_end(stream.id)
 
     def open(self, stream_id: int) -> None:
@@ -290,8 +296,8 @@ class Core:
     def forget(self, stream_id: int) -> None:
         """Close a stream without a word to the peer (it ended, or we no longer care)."""
         stream = self._live.get(stream_id)
-        if stream is not None:
-            self._close(stream, _SEND_RST, _ENDED)
+        if stream is not None and self.streams.close(stream, _SEND_RST, _ENDED) and self._sender.blocked:
+            self._sender.unblock(stream_id)  # :meth:`_close`, inlined: a client forgets each call's stream
 
     # sending
 

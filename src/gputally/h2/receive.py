@@ -18,7 +18,7 @@ from .frames import DEFAULT_WINDOW, MAX_WINDOW, ErrorCode, Flag, Type, frame, re
 from .hpack import Memo
 from .limits import Limits
 from .send import Sender
-from .states import Closure, StreamInput, StreamState
+from .states import AFTER, Closure, StreamInput, StreamState, refuse
 from .streams import Stream, StreamTable
 from .validation import check_request
 
@@ -40,6 +40,8 @@ _HALF_LOCAL, _HALF_REMOTE = StreamState.HALF_CLOSED_LOCAL, StreamState.HALF_CLOS
 _RECV_HEADERS, _RECV_END = StreamInput.RECV_HEADERS, StreamInput.RECV_END_STREAM
 _SEND_RST, _RECV_RST = StreamInput.SEND_RST_STREAM, StreamInput.RECV_RST_STREAM
 _ENDED, _RESET_SENT, _RESET_RECEIVED = Closure.ENDED, Closure.RESET_SENT, Closure.RESET_RECEIVED
+# the transition table's rows of the moves made on every call (:data:`~.states.AFTER`)
+_ON_RECV_HEADERS, _ON_RECV_END = AFTER[_RECV_HEADERS], AFTER[_RECV_END]
 
 Close = Callable[[Stream, StreamInput, Closure], None]
 
@@ -168,7 +170,8 @@ class Reader:
         end = bool(flags & _END_STREAM)
         stream = self._live.get(stream_id)
         if stream is None:
-            if self._streams.is_peer_id(stream_id) and stream_id > self._streams.last_peer:
+            table = self._streams
+            if (stream_id & 1) == table.peer_parity and stream_id > table.last_peer:
                 self._new_peer_stream(stream_id, headers, size, end, problem, block)
                 return
             self._not_live(stream_id, "HEADERS")
@@ -190,7 +193,10 @@ class Reader:
             if stream.expected >= 0 and stream.length != stream.expected:
                 raise StreamError(stream_id, ErrorCode.PROTOCOL_ERROR, "DATA disagreeing with content-length")
         stream.headers_seen = True
-        stream.advance(_RECV_HEADERS)
+        state = _ON_RECV_HEADERS[stream.state]  # stream.advance(_RECV_HEADERS), inlined: twice a client's call
+        if state is None:
+            refuse(stream.state, _RECV_HEADERS)
+        stream.state = state
         self._on_headers(stream_id, headers, end)
         if end:
             self._remote_end(stream)
@@ -288,5 +294,8 @@ class Reader:
             return
         if stream.state is _HALF_LOCAL:
             self._close(stream, _RECV_END, _ENDED)
-        else:
-            stream.advance(_RECV_END)
+            return
+        state = _ON_RECV_END[stream.state]  # stream.advance(_RECV_END), inlined: once a server's call
+        if state is None:
+            refuse(stream.state, _RECV_END)
+        stream.state = state
