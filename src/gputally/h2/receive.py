@@ -44,14 +44,16 @@ _ENDED, _RESET_SENT, _RESET_RECEIVED = Closure.ENDED, Closure.RESET_SENT, Closur
 _ON_RECV_HEADERS, _ON_RECV_END = AFTER[_RECV_HEADERS], AFTER[_RECV_END]
 
 Close = Callable[[Stream, StreamInput, Closure], None]
+Answer = Callable[[bytes], None]
 
 
 class Reader:
     """The receiving half of one connection's core; ``close`` takes a stream out of the table
-    (and out of the send side's waiting list)."""
+    (and out of the send side's waiting list), ``answer`` queues an answer the peer's frame
+    made us owe (counted against ``max_queued_control_frames``)."""
 
     def __init__(self, events: Events, *, client: bool, limits: Limits, clock: Callable[[], float],
-                 streams: StreamTable, sender: Sender, memo: Memo, close: Close) -> None:
+                 streams: StreamTable, sender: Sender, memo: Memo, close: Close, answer: Answer) -> None:
         self._client = client
         self._limits = limits
         self._clock = clock
@@ -59,7 +61,9 @@ class Reader:
         self._live = streams.live
         self._sender = sender
         self._memo = memo
+        self._checks = memo.checks
         self._close = close
+        self._answer = answer
         self.recv_window = DEFAULT_WINDOW  # grows with our first WINDOW_UPDATE
         """What the peer may still send on the connection."""
         self._received = 0  # connection DATA bytes taken since our last WINDOW_UPDATE
@@ -92,7 +96,7 @@ class Reader:
             if length != 8:
                 raise ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "a PING not of 8 bytes")
             if not flags & _ACK:  # an ACK of ours: the shell counts any read as a sign of life
-                self._sender.write_control(frame(Type.PING, _ACK, 0, payload))
+                self._answer(frame(Type.PING, _ACK, 0, payload))
         elif kind == _RST_STREAM:
             self._rst_stream(stream_id, payload)
         elif kind == _PRIORITY_FRAME:
@@ -135,7 +139,7 @@ class Reader:
             raise ProtocolError(ErrorCode.FLOW_CONTROL_ERROR, "DATA beyond the connection's window")
         self._received += size
         if self._received >= CONNECTION_WINDOW // 2:
-            self._sender.write_control(window_update(0, self._received))
+            self._answer(window_update(0, self._received))
             self.recv_window += self._received
             self._received = 0
         if flags & _PADDED:
@@ -157,7 +161,7 @@ class Reader:
         if not end:
             stream.received += size
             if stream.received >= STREAM_WINDOW // 2:
-                self._sender.write_control(window_update(stream_id, stream.received))
+                self._answer(window_update(stream_id, stream.received))
                 stream.recv_window += stream.received
                 stream.received = 0
         self._on_data(stream_id, bytes(payload), bool(end))
@@ -215,7 +219,7 @@ class Reader:
         expected = -1
         if size <= self._limits.max_header_list_size:
             # A remembered block's headers were checked when first seen (a malformed one raised).
-            known = self._memo.checked(headers)
+            known = self._checks.get(id(headers))
             if known is None:
                 known = check_request(stream_id, headers)
                 self._memo.remember_check(block, headers, known)
@@ -281,7 +285,7 @@ class Reader:
         """RST_STREAM for a stream error; the stream's side hears the code the peer was sent."""
         self._charge_reset()
         stream = self._live.get(stream_id)
-        self._sender.write_control(rst_stream(stream_id, code))
+        self._answer(rst_stream(stream_id, code))
         if stream is not None:
             self._close(stream, _SEND_RST, _RESET_SENT)
             self._on_reset(stream_id, code)

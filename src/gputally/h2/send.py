@@ -3,9 +3,9 @@ and the streams whose answers wait for them.
 
 Data beyond what the peer's windows allow waits in its stream, in order with the headers
 behind it, until the peer's WINDOW_UPDATE; while :attr:`Sender.send_paused` (the transport is
-full) all stream output waits. Answers the peer's own frames made us owe (acknowledgements,
-resets, window updates) are counted until the output is drained, so a peer that does not read
-cannot make us queue them without end (``max_queued_control_frames``).
+full) all stream output waits. Answers the peer's own frames made us owe (here the ACK of its
+SETTINGS) go through the core's ``answer``, which counts them until the output is drained, so
+a peer that does not read cannot make us queue them without end (``max_queued_control_frames``).
 """
 
 from __future__ import annotations
@@ -39,19 +39,20 @@ _DATA, _HEADERS, _CONTINUATION = int(Type.DATA), int(Type.HEADERS), int(Type.CON
 
 class Sender:
     """The output owed and the send side's flow control of one connection. ``ended`` is told
-    when a stream's last frame has been written."""
+    when a stream's last frame has been written; ``answer`` queues an answer owed to the peer
+    (the core counts those, :attr:`~.core.Core.answers_owed`)."""
 
-    def __init__(self, limits: Limits, *, clock: Callable[[], float], ended: Callable[[Stream], None]) -> None:
+    def __init__(self, limits: Limits, *, clock: Callable[[], float], ended: Callable[[Stream], None],
+                 answer: Callable[[bytes], None]) -> None:
         self._clock = clock
         self._ended = ended
+        self._answer = answer
         self._max_settings = limits.max_settings_entries
-        self._max_control = limits.max_queued_control_frames
         self.out: list[bytes] = []
-        """Frames owed, in order (taken by :meth:`data_to_send`)."""
+        """Frames owed, in order (taken by :meth:`~.core.Core.data_to_send`); one list for the
+        connection's life, which the core holds too."""
         self.out_size = 0
         """Their bytes."""
-        self.control_queued = 0
-        """Answers owed to the peer's frames since the output was last drained."""
         self.closed = False
         """Nothing is written any more (the connection failed or was lost)."""
         self.send_paused = False
@@ -73,23 +74,6 @@ class Sender:
         if not self.closed:
             self.out.append(data)
             self.out_size += len(data)
-
-    def write_control(self, data: bytes) -> None:
-        """An answer the peer's frame made us owe (ACK, reset, window update): counted."""
-        self.control_queued += 1
-        if self.control_queued > self._max_control:
-            raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, "more control frames owed than the peer reads",
-                                limit="max_queued_control_frames")
-        self.write(data)
-
-    def data_to_send(self) -> bytes:
-        out = self.out
-        if not out:
-            return b""
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        self.out_size = 0
-        return data
 
     # the peer's windows and settings
 
@@ -120,7 +104,7 @@ class Sender:
                 stream.window += delta
                 if stream.window > MAX_WINDOW:
                     raise ProtocolError(ErrorCode.FLOW_CONTROL_ERROR, "a stream window beyond 2^31-1")
-        self.write_control(frame(Type.SETTINGS, _ACK, 0))
+        self._answer(frame(Type.SETTINGS, _ACK, 0))
         if delta > 0:
             self.flush_blocked()
         return delta > 0
@@ -143,19 +127,6 @@ class Sender:
             self.flush(stream)
 
     # stream output
-
-    def queue(self, stream: Stream, headers: bytes | None, data: bytes | memoryview | None,
-              trailers: bytes | None, end_stream: bool) -> None:
-        """A header block, data and a trailer block for ``stream``, in that order; what the
-        windows allow is written."""
-        pending = stream.pending
-        if headers is not None:
-            pending.append((True, headers, end_stream and data is None and trailers is None))
-        if data is not None:
-            pending.append((False, data, end_stream and trailers is None))
-        if trailers is not None:
-            pending.append((True, trailers, end_stream))
-        self.flush(stream)
 
     def flush_blocked(self, *, by_window: bool = True) -> None:
         """Send what waits in blocked streams. When only a window reopened (``by_window``),
