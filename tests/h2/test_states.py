@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gputally.h2.states import LIVE, TRANSITIONS, StateError, StreamInput, StreamState, advance, reachable
+from gputally.h2.states import AFTER, LIVE, TRANSITIONS, StateError, StreamInput, StreamState, advance, reachable
 
 S, I = StreamState, StreamInput
 
@@ -61,3 +61,14 @@ RFC_9113_SECTION_5_1 = {
 
 def test_the_table_is_the_rfcs() -> None:
     assert dict(TRANSITIONS) == RFC_9113_SECTION_5_1
+
+
+def test_the_rows_the_core_indexes_are_the_table() -> None:
+    """``AFTER``, which the core indexes on its hot path instead of calling :func:`advance`,
+    holds every pair of the table and no other: a pair it lacks is refused."""
+    for state in StreamState:
+        for event in StreamInput:
+            assert AFTER[event][state] is TRANSITIONS.get((state, event))
+            if (state, event) not in TRANSITIONS:
+                with pytest.raises(StateError):
+                    advance(state, event)

@@ -114,7 +114,8 @@ class Channel:
                     connection = await self._ready(connection, deadline, wait_for_ready)
             except TimeoutError:
                 raise GrpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
-        block = self._request_block(path, timeout, metadata, compress)
+        block = self._request_blocks.get((path, timeout, metadata, compress)) \
+            or self._request_block(path, timeout, metadata, compress)  # a call only the first time
         body = message(gzip(request) if compress else request, compressed=compress)
         stream_id, future = connection.start(block, body, deadline)
         try:

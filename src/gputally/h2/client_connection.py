@@ -63,6 +63,9 @@ class ClientConnection(Connection):
         self._room = asyncio.Event()
         self._room.set()
         self.draining = False
+        self._peer_max: int | None = None
+        """The core's ``peer_max_streams``, kept at each SETTINGS (the only frame that changes
+        it): :attr:`full` is asked at every call."""
 
     @property
     def in_flight(self) -> int:
@@ -76,7 +79,7 @@ class ClientConnection(Connection):
     @property
     def full(self) -> bool:
         """The peer's SETTINGS_MAX_CONCURRENT_STREAMS allows no more streams now."""
-        peer_max = self.h2.peer_max_streams
+        peer_max = self._peer_max
         return peer_max is not None and len(self._calls) >= peer_max
 
     async def wait_for_room(self) -> None:
@@ -88,7 +91,7 @@ class ClientConnection(Connection):
               ) -> tuple[int, asyncio.Future[tuple[GrpcError | None, bytes, str | None]]]:
         stream_id = self._next_stream
         self._next_stream += 2
-        future: asyncio.Future[tuple[GrpcError | None, bytes, str | None]] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[tuple[GrpcError | None, bytes, str | None]] = self._loop.create_future()
         self._calls[stream_id] = Pending(future, deadline)
         if deadline is not None:
             self._arm_deadline(deadline)
@@ -118,7 +121,11 @@ class ClientConnection(Connection):
             return
         if call.headers is None:
             call.headers = headers
-            status = next((value for name, value in headers if name == ":status"), "")
+            status = ""
+            for name, value in headers:  # a loop, not next() over a generator: no call per call
+                if name == ":status":
+                    status = value
+                    break
             if status != "200":
                 self._finish(stream_id, GrpcError(http_status_code(status), f"HTTP status {status or 'missing'}"))
                 return
@@ -147,7 +154,11 @@ class ClientConnection(Connection):
         self.h2.forget(stream_id)
         if call is None:
             return
-        encoding = next((value for name, value in call.headers or () if name == "grpc-encoding"), None)
+        encoding = None
+        for name, value in call.headers or ():
+            if name == "grpc-encoding":
+                encoding = value
+                break
         if not call.future.done():
             call.future.set_result((error, b"".join(call.body), encoding))
         self._freed()
@@ -178,6 +189,7 @@ class ClientConnection(Connection):
         self._room.set()
 
     def on_settings(self) -> None:
+        self._peer_max = self.h2.peer_max_streams
         self._freed()
 
     def _may_ping(self) -> bool:

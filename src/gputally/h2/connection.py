@@ -44,6 +44,10 @@ class Connection(asyncio.Protocol):
     client = False
     """Which end this connection is."""
 
+    _loop: asyncio.AbstractEventLoop
+    """The running loop, kept at :meth:`connection_made`: ``asyncio.get_running_loop()``
+    costs a ``getpid`` system call, which a call's task and timer need not pay each time."""
+
     def __init__(self, *, limits: Limits | None = None) -> None:
         self.h2 = Core(self, client=self.client, limits=limits, clock=time.monotonic)
         """The protocol core."""
@@ -78,12 +82,13 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
+        self._loop = asyncio.get_running_loop()
         self._transport = transport
         high = self.limits.max_output_buffer
         transport.set_write_buffer_limits(high=high, low=high // 4)
         self.h2.initiate()
-        self._push()
-        self._timer = asyncio.get_running_loop().call_later(self._tick, self._on_timer)
+        self.on_output()
+        self._timer = self._loop.call_later(self._tick, self._on_timer)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.h2.close()
@@ -156,18 +161,18 @@ class Connection(asyncio.Protocol):
         """Our side of a stream ended."""
 
     def on_output(self) -> None:
-        self._push()
-
-    def _push(self) -> None:
+        """Write what the core owes (the core's event, and what the shell calls itself before
+        a close: one method, twice a call)."""
         transport = self._transport
         if transport is None:
             return
-        data = self.h2.data_to_send()
+        h2 = self.h2
+        data = h2.data_to_send()
         if data and not transport.is_closing():
             transport.write(data)
         # answers owed start from 0 once the peer took all (nothing to reset while none is owed)
-        if self.h2.answers_owed and not transport.get_write_buffer_size():
-            self.h2.output_drained()
+        if h2.answers_owed and not transport.get_write_buffer_size():
+            h2.output_drained()
 
     def on_terminate(self) -> None:
         error = self.h2.error
@@ -179,7 +184,7 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return
-        self._push()
+        self.on_output()
         if not transport.can_write_eof() or transport.is_closing():
             self.close()
             return
@@ -198,7 +203,7 @@ class Connection(asyncio.Protocol):
         """Close once what is owed is written (a close called from a hook comes before the
         core's output is pushed)."""
         if self._transport is not None:
-            self._push()
+            self.on_output()
             self._transport.close()
 
     def abort(self) -> None:
@@ -282,7 +287,7 @@ class Connection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
             self._deadline_at = deadline
-            self._deadline_timer = asyncio.get_running_loop().call_at(deadline, self._on_deadline_timer)
+            self._deadline_timer = self._loop.call_at(deadline, self._on_deadline_timer)
 
     def _on_deadline_timer(self) -> None:
         self._deadline_timer = None

@@ -37,7 +37,7 @@ from .frames import DEFAULT_WINDOW, HEADER, PREFACE, ErrorCode, Setting, Type, f
 from .limits import Limits
 from .receive import CONNECTION_WINDOW, STREAM_WINDOW, Reader
 from .send import Sender
-from .states import Closure, StreamInput, StreamState
+from .states import AFTER, Closure, StreamInput, StreamState, refuse
 from .streams import Stream, StreamTable
 
 __all__ = ["CONNECTION_WINDOW", "RECEIVE_FRAME_SIZE", "STREAM_WINDOW", "Core", "ProtocolError", "StreamError"]
@@ -50,6 +50,7 @@ _DATA, _HEADERS, _CONTINUATION = int(Type.DATA), int(Type.HEADERS), int(Type.CON
 _HALF_LOCAL, _HALF_REMOTE = StreamState.HALF_CLOSED_LOCAL, StreamState.HALF_CLOSED_REMOTE
 _SEND_END, _SEND_RST = StreamInput.SEND_END_STREAM, StreamInput.SEND_RST_STREAM
 _ENDED, _RESET_SENT = Closure.ENDED, Closure.RESET_SENT
+_ON_SEND_END = AFTER[_SEND_END]  # the transition table's row for our END_STREAM (:data:`~.states.AFTER`)
 
 
 class Core:
@@ -68,10 +69,15 @@ class Core:
         self.streams = StreamTable(client=client, max_concurrent_streams=limits.max_concurrent_streams, clock=clock)
         """Live streams and how recent ones closed (read it; the core changes it)."""
         self._live = self.streams.live
+        self.answers_owed = 0
+        """Answers to the peer's frames queued since the output was last drained (read it; an
+        attribute, not a property: the shell reads it at every write)."""
+        self._max_answers = limits.max_queued_control_frames
         self._blocks = HeaderBlocks(limits)
-        self._sender = Sender(limits, clock=clock, ended=self._sent_end)
+        self._sender = Sender(limits, clock=clock, ended=self._sent_end, answer=self._answer)
+        self._out = self._sender.out
         self._reader = Reader(events, client=client, limits=limits, clock=clock, streams=self.streams,
-                              sender=self._sender, memo=self.memo, close=self._close)
+                              sender=self._sender, memo=self.memo, close=self._close, answer=self._answer)
         self._local_settings: dict[Setting, int] = {
             Setting.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
             Setting.MAX_FRAME_SIZE: RECEIVE_FRAME_SIZE,
@@ -115,11 +121,6 @@ class Core:
     def peer_max_streams(self) -> int | None:
         """The peer's SETTINGS_MAX_CONCURRENT_STREAMS, once it said one."""
         return self._sender.max_streams
-
-    @property
-    def answers_owed(self) -> int:
-        """Answers to the peer's frames queued since the output was last drained."""
-        return self._sender.control_queued
 
     @property
     def unread(self) -> int:
@@ -175,11 +176,25 @@ class Core:
 
     def data_to_send(self) -> bytes:
         """What to write now; the core forgets it."""
-        return self._sender.data_to_send()
+        out = self._out  # the send side's list, read here: the shell asks at every write
+        if not out:
+            return b""
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self._sender.out_size = 0
+        return data
 
     def output_drained(self) -> None:
         """The peer took everything written: answers owed are counted from 0 again."""
-        self._sender.control_queued = 0
+        self.answers_owed = 0
+
+    def _answer(self, data: bytes) -> None:
+        """Queue an answer the peer's frame made us owe (ACK, reset, window update): counted."""
+        self.answers_owed += 1
+        if self.answers_owed > self._max_answers:
+            raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, "more control frames owed than the peer reads",
+                                limit="max_queued_control_frames")
+        self._sender.write(data)
 
     def close(self) -> None:
         """The connection is gone: nothing more is read or written."""
@@ -209,7 +224,8 @@ class Core:
                 self._buffer = bytearray(buffer[consumed:])
         elif consumed < len(data) and not self.closed:
             buffer += memoryview(data)[consumed:]
-        self._on_output()
+        if self._out or self.answers_owed:  # else the shell would find nothing to write or reset
+            self._on_output()
 
     # receiving
 
@@ -276,11 +292,16 @@ class Core:
             self._sender.unblock(stream.id)
 
     def _sent_end(self, stream: Stream) -> None:
-        """Our last frame on ``stream`` is written."""
+        """Our last frame on ``stream`` is written (once a call: :meth:`_close` and
+        ``stream.advance`` inlined)."""
         if stream.state is _HALF_REMOTE:
-            self._close(stream, _SEND_END, _ENDED)
+            if self.streams.close(stream, _SEND_END, _ENDED) and self._sender.blocked:
+                self._sender.unblock(stream.id)
         else:
-            stream.advance(_SEND_END)
+            state = _ON_SEND_END[stream.state]
+            if state is None:
+                refuse(stream.state, _SEND_END)
+            stream.state = state
         self._on_local_end(stream.id)
 
     def open(self, stream_id: int) -> None:
@@ -290,8 +311,8 @@ class Core:
     def forget(self, stream_id: int) -> None:
         """Close a stream without a word to the peer (it ended, or we no longer care)."""
         stream = self._live.get(stream_id)
-        if stream is not None:
-            self._close(stream, _SEND_RST, _ENDED)
+        if stream is not None and self.streams.close(stream, _SEND_RST, _ENDED) and self._sender.blocked:
+            self._sender.unblock(stream_id)  # :meth:`_close`, inlined: a client forgets each call's stream
 
     # sending
 
@@ -302,7 +323,14 @@ class Core:
         stream = self._live.get(stream_id)
         if stream is None or stream.state is _HALF_LOCAL or self.closed:
             return  # reset or closed meanwhile: nothing to say any more
-        self._sender.queue(stream, headers, data, trailers, end_stream)
+        pending = stream.pending
+        if headers is not None:
+            pending.append((True, headers, end_stream and data is None and trailers is None))
+        if data is not None:
+            pending.append((False, data, end_stream and trailers is None))
+        if trailers is not None:
+            pending.append((True, trailers, end_stream))
+        self._sender.flush(stream)
         self._on_output()
 
     @property

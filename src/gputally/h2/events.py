@@ -41,7 +41,8 @@ class Events(Protocol):
         """Our side of the stream has ended (its END_STREAM is written)."""
 
     def on_output(self) -> None:
-        """Output was queued outside :meth:`~.core.Core.receive` (an answer, a reset): write it."""
+        """Output was queued (an answer, a reset, what a read made us owe), or answers are
+        counted that a drained output resets: write it. A read that left neither is silent."""
 
     def on_terminate(self) -> None:
         """A connection error: the GOAWAY is queued (:attr:`~.core.Core.error` says why);

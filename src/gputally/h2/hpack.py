@@ -130,12 +130,14 @@ class Memo:
     the memo keeps by a remembered list can be dropped with it).
     """
 
-    __slots__ = ("_bytes", "_checked", "_decoded", "_decoder", "generation")
+    __slots__ = ("_bytes", "_decoded", "_decoder", "checks", "generation")
 
     def __init__(self, *, max_header_list_size: int) -> None:
         self._decoder = Decoder(max_header_list_size=max_header_list_size)
         self._decoded: dict[bytes, tuple[Headers, int]] = {}
-        self._checked: dict[int, int] = {}  # id of a remembered request's headers -> its check
+        self.checks: dict[int, int] = {}
+        """The id of a remembered request's headers -> its check's result (:meth:`remember_check`
+        writes it; read it, as :meth:`checked` does, where a call a request costs too much)."""
         self._bytes = 0  # the remembered blocks' bytes and their headers' sizes
         self.generation = 0
 
@@ -173,21 +175,21 @@ class Memo:
     def forget(self) -> None:
         """The peer's table changed (or the memo is full): forget every remembered block."""
         self._decoded.clear()
-        self._checked.clear()
+        self.checks.clear()
         self._bytes = 0
         self.generation += 1
 
     def checked(self, headers: Headers) -> int | None:
         """What :meth:`remember_check` kept for a remembered request's headers."""
-        return self._checked.get(id(headers))
+        return self.checks.get(id(headers))
 
     def remember_check(self, block: bytes, headers: Headers, result: int) -> None:
         """Keep a request check's ``result`` (its content-length) while ``block`` is remembered
         as ``headers``."""
         if block and self._decoded.get(block, (None,))[0] is headers:
-            self._checked[id(headers)] = result
+            self.checks[id(headers)] = result
 
     def remembers(self, headers: Headers) -> bool:
         """Whether the header list of the peer's request now handled is a remembered one: the
         same object comes back for the same bytes until :meth:`forget`."""
-        return id(headers) in self._checked
+        return id(headers) in self.checks

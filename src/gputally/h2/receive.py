@@ -18,7 +18,7 @@ from .frames import DEFAULT_WINDOW, MAX_WINDOW, ErrorCode, Flag, Type, frame, re
 from .hpack import Memo
 from .limits import Limits
 from .send import Sender
-from .states import Closure, StreamInput, StreamState
+from .states import AFTER, Closure, StreamInput, StreamState, refuse
 from .streams import Stream, StreamTable
 from .validation import check_request
 
@@ -40,16 +40,20 @@ _HALF_LOCAL, _HALF_REMOTE = StreamState.HALF_CLOSED_LOCAL, StreamState.HALF_CLOS
 _RECV_HEADERS, _RECV_END = StreamInput.RECV_HEADERS, StreamInput.RECV_END_STREAM
 _SEND_RST, _RECV_RST = StreamInput.SEND_RST_STREAM, StreamInput.RECV_RST_STREAM
 _ENDED, _RESET_SENT, _RESET_RECEIVED = Closure.ENDED, Closure.RESET_SENT, Closure.RESET_RECEIVED
+# the transition table's rows of the moves made on every call (:data:`~.states.AFTER`)
+_ON_RECV_HEADERS, _ON_RECV_END = AFTER[_RECV_HEADERS], AFTER[_RECV_END]
 
 Close = Callable[[Stream, StreamInput, Closure], None]
+Answer = Callable[[bytes], None]
 
 
 class Reader:
     """The receiving half of one connection's core; ``close`` takes a stream out of the table
-    (and out of the send side's waiting list)."""
+    (and out of the send side's waiting list), ``answer`` queues an answer the peer's frame
+    made us owe (counted against ``max_queued_control_frames``)."""
 
     def __init__(self, events: Events, *, client: bool, limits: Limits, clock: Callable[[], float],
-                 streams: StreamTable, sender: Sender, memo: Memo, close: Close) -> None:
+                 streams: StreamTable, sender: Sender, memo: Memo, close: Close, answer: Answer) -> None:
         self._client = client
         self._limits = limits
         self._clock = clock
@@ -57,7 +61,9 @@ class Reader:
         self._live = streams.live
         self._sender = sender
         self._memo = memo
+        self._checks = memo.checks
         self._close = close
+        self._answer = answer
         self.recv_window = DEFAULT_WINDOW  # grows with our first WINDOW_UPDATE
         """What the peer may still send on the connection."""
         self._received = 0  # connection DATA bytes taken since our last WINDOW_UPDATE
@@ -90,7 +96,7 @@ class Reader:
             if length != 8:
                 raise ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "a PING not of 8 bytes")
             if not flags & _ACK:  # an ACK of ours: the shell counts any read as a sign of life
-                self._sender.write_control(frame(Type.PING, _ACK, 0, payload))
+                self._answer(frame(Type.PING, _ACK, 0, payload))
         elif kind == _RST_STREAM:
             self._rst_stream(stream_id, payload)
         elif kind == _PRIORITY_FRAME:
@@ -133,7 +139,7 @@ class Reader:
             raise ProtocolError(ErrorCode.FLOW_CONTROL_ERROR, "DATA beyond the connection's window")
         self._received += size
         if self._received >= CONNECTION_WINDOW // 2:
-            self._sender.write_control(window_update(0, self._received))
+            self._answer(window_update(0, self._received))
             self.recv_window += self._received
             self._received = 0
         if flags & _PADDED:
@@ -155,7 +161,7 @@ class Reader:
         if not end:
             stream.received += size
             if stream.received >= STREAM_WINDOW // 2:
-                self._sender.write_control(window_update(stream_id, stream.received))
+                self._answer(window_update(stream_id, stream.received))
                 stream.recv_window += stream.received
                 stream.received = 0
         self._on_data(stream_id, bytes(payload), bool(end))
@@ -168,7 +174,8 @@ class Reader:
         end = bool(flags & _END_STREAM)
         stream = self._live.get(stream_id)
         if stream is None:
-            if self._streams.is_peer_id(stream_id) and stream_id > self._streams.last_peer:
+            table = self._streams
+            if (stream_id & 1) == table.peer_parity and stream_id > table.last_peer:
                 self._new_peer_stream(stream_id, headers, size, end, problem, block)
                 return
             self._not_live(stream_id, "HEADERS")
@@ -190,7 +197,10 @@ class Reader:
             if stream.expected >= 0 and stream.length != stream.expected:
                 raise StreamError(stream_id, ErrorCode.PROTOCOL_ERROR, "DATA disagreeing with content-length")
         stream.headers_seen = True
-        stream.advance(_RECV_HEADERS)
+        state = _ON_RECV_HEADERS[stream.state]  # stream.advance(_RECV_HEADERS), inlined: twice a client's call
+        if state is None:
+            refuse(stream.state, _RECV_HEADERS)
+        stream.state = state
         self._on_headers(stream_id, headers, end)
         if end:
             self._remote_end(stream)
@@ -209,7 +219,7 @@ class Reader:
         expected = -1
         if size <= self._limits.max_header_list_size:
             # A remembered block's headers were checked when first seen (a malformed one raised).
-            known = self._memo.checked(headers)
+            known = self._checks.get(id(headers))
             if known is None:
                 known = check_request(stream_id, headers)
                 self._memo.remember_check(block, headers, known)
@@ -275,7 +285,7 @@ class Reader:
         """RST_STREAM for a stream error; the stream's side hears the code the peer was sent."""
         self._charge_reset()
         stream = self._live.get(stream_id)
-        self._sender.write_control(rst_stream(stream_id, code))
+        self._answer(rst_stream(stream_id, code))
         if stream is not None:
             self._close(stream, _SEND_RST, _RESET_SENT)
             self._on_reset(stream_id, code)
@@ -288,5 +298,8 @@ class Reader:
             return
         if stream.state is _HALF_LOCAL:
             self._close(stream, _RECV_END, _ENDED)
-        else:
-            stream.advance(_RECV_END)
+            return
+        state = _ON_RECV_END[stream.state]  # stream.advance(_RECV_END), inlined: once a server's call
+        if state is None:
+            refuse(stream.state, _RECV_END)
+        stream.state = state

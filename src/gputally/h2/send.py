@@ -3,9 +3,9 @@ and the streams whose answers wait for them.
 
 Data beyond what the peer's windows allow waits in its stream, in order with the headers
 behind it, until the peer's WINDOW_UPDATE; while :attr:`Sender.send_paused` (the transport is
-full) all stream output waits. Answers the peer's own frames made us owe (acknowledgements,
-resets, window updates) are counted until the output is drained, so a peer that does not read
-cannot make us queue them without end (``max_queued_control_frames``).
+full) all stream output waits. Answers the peer's own frames made us owe (here the ACK of its
+SETTINGS) go through the core's ``answer``, which counts them until the output is drained, so
+a peer that does not read cannot make us queue them without end (``max_queued_control_frames``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from .errors import ProtocolError
 from .frames import (
     DEFAULT_FRAME_SIZE,
     DEFAULT_WINDOW,
+    HEADER,
     MAX_FRAME_SIZE,
     MAX_WINDOW,
     ErrorCode,
@@ -39,19 +40,20 @@ _DATA, _HEADERS, _CONTINUATION = int(Type.DATA), int(Type.HEADERS), int(Type.CON
 
 class Sender:
     """The output owed and the send side's flow control of one connection. ``ended`` is told
-    when a stream's last frame has been written."""
+    when a stream's last frame has been written; ``answer`` queues an answer owed to the peer
+    (the core counts those, :attr:`~.core.Core.answers_owed`)."""
 
-    def __init__(self, limits: Limits, *, clock: Callable[[], float], ended: Callable[[Stream], None]) -> None:
+    def __init__(self, limits: Limits, *, clock: Callable[[], float], ended: Callable[[Stream], None],
+                 answer: Callable[[bytes], None]) -> None:
         self._clock = clock
         self._ended = ended
+        self._answer = answer
         self._max_settings = limits.max_settings_entries
-        self._max_control = limits.max_queued_control_frames
         self.out: list[bytes] = []
-        """Frames owed, in order (taken by :meth:`data_to_send`)."""
+        """Frames owed, in order (taken by :meth:`~.core.Core.data_to_send`); one list for the
+        connection's life, which the core holds too."""
         self.out_size = 0
         """Their bytes."""
-        self.control_queued = 0
-        """Answers owed to the peer's frames since the output was last drained."""
         self.closed = False
         """Nothing is written any more (the connection failed or was lost)."""
         self.send_paused = False
@@ -73,23 +75,6 @@ class Sender:
         if not self.closed:
             self.out.append(data)
             self.out_size += len(data)
-
-    def write_control(self, data: bytes) -> None:
-        """An answer the peer's frame made us owe (ACK, reset, window update): counted."""
-        self.control_queued += 1
-        if self.control_queued > self._max_control:
-            raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, "more control frames owed than the peer reads",
-                                limit="max_queued_control_frames")
-        self.write(data)
-
-    def data_to_send(self) -> bytes:
-        out = self.out
-        if not out:
-            return b""
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        self.out_size = 0
-        return data
 
     # the peer's windows and settings
 
@@ -120,7 +105,7 @@ class Sender:
                 stream.window += delta
                 if stream.window > MAX_WINDOW:
                     raise ProtocolError(ErrorCode.FLOW_CONTROL_ERROR, "a stream window beyond 2^31-1")
-        self.write_control(frame(Type.SETTINGS, _ACK, 0))
+        self._answer(frame(Type.SETTINGS, _ACK, 0))
         if delta > 0:
             self.flush_blocked()
         return delta > 0
@@ -144,19 +129,6 @@ class Sender:
 
     # stream output
 
-    def queue(self, stream: Stream, headers: bytes | None, data: bytes | memoryview | None,
-              trailers: bytes | None, end_stream: bool) -> None:
-        """A header block, data and a trailer block for ``stream``, in that order; what the
-        windows allow is written."""
-        pending = stream.pending
-        if headers is not None:
-            pending.append((True, headers, end_stream and data is None and trailers is None))
-        if data is not None:
-            pending.append((False, data, end_stream and trailers is None))
-        if trailers is not None:
-            pending.append((True, trailers, end_stream))
-        self.flush(stream)
-
     def flush_blocked(self, *, by_window: bool = True) -> None:
         """Send what waits in blocked streams. When only a window reopened (``by_window``),
         every blocked stream waits for DATA room, so the walk stops once the connection
@@ -173,19 +145,28 @@ class Sender:
             if pending:
                 self._mark_blocked(stream)
             return
-        out: list[bytes] = []
+        # Frame headers and payloads side by side, joined once below: a payload is copied once
+        # (a request's 40 KB, say), and a block or message that fits one frame (every answer of
+        # the server's, and most requests) costs no call of :func:`~.frames.frame`.
+        out: list[bytes | memoryview] = []
         frame_size = self.frame_size
         ended = False
         while pending:
             is_headers, payload, end = pending[0]
+            size = len(payload)
             if is_headers:
-                out.append(self._header_frames(sid, payload, end))
+                if size <= frame_size:
+                    out.append(HEADER.pack(size >> 16, size & 0xFFFF, _HEADERS,
+                                           (_END_STREAM | _END_HEADERS) if end else _END_HEADERS, sid))
+                    out.append(payload)
+                else:
+                    out.append(self._header_frames(sid, payload, end))
                 pending.popleft()
                 ended = end
                 continue
-            size = len(payload)
             if 0 < size <= frame_size and size <= self.window and size <= stream.window:
-                out.append(frame(_DATA, _END_STREAM if end else 0, sid, payload))  # one frame: most answers
+                out.append(HEADER.pack(size >> 16, size & 0xFFFF, _DATA, _END_STREAM if end else 0, sid))
+                out.append(payload)
                 self.window -= size
                 stream.window -= size
                 pending.popleft()

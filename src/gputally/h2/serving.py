@@ -245,11 +245,10 @@ class ServerConnection(Connection):
     def _dispatch(self, stream_id: int, call: Call) -> None:
         parts = call.parts
         body = parts[0] if len(parts) == 1 else b"".join(parts)
-        if body[:1] == b"\x01" and call.encoding == "gzip":
-            call.parts = []  # held (counted) until inflated: :func:`~.calls.inflate`
-        else:
-            self._release(call)
-        call.task = asyncio.get_running_loop().create_task(self._run(stream_id, call, body))
+        call.parts = []
+        if body[:1] != b"\x01" or call.encoding != "gzip":  # a gzip one is held (counted) until inflated
+            self._budget.release(call)  # :meth:`_release`, inlined: once a call
+        call.task = self._loop.create_task(self._run(stream_id, call, body))
 
     async def _run(self, stream_id: int, call: Call, body: bytes) -> None:
         try:
@@ -282,7 +281,10 @@ class ServerConnection(Connection):
             if call.timeout is None:
                 response = await answer
             else:
-                self._start_deadline(call)
+                # bounded by its grpc-timeout (the connection's deadline timer); once a call, so inline
+                call.deadline = deadline = self._loop.time() + call.timeout
+                call.expired = False
+                self._arm_deadline(deadline)
                 try:
                     response = await answer
                 except asyncio.CancelledError:
@@ -307,14 +309,8 @@ class ServerConnection(Connection):
             if self._calls.pop(stream_id, None) is not None:
                 self._answer_status(stream_id, grpc.StatusCode.UNKNOWN, "Unexpected error in the handler")
         finally:
-            self._maybe_close()
-
-    def _start_deadline(self, call: Call) -> None:
-        """Bound the call's handler by its ``grpc-timeout`` (the connection's deadline timer)."""
-        assert call.timeout is not None
-        call.deadline = asyncio.get_running_loop().time() + call.timeout
-        call.expired = False
-        self._arm_deadline(call.deadline)
+            if self._draining:  # :meth:`_maybe_close`'s first test, made here: no call while not draining
+                self._maybe_close()
 
     def _expire(self, now: float) -> float | None:
         """Cancel every handler past its deadline (it answers DEADLINE_EXCEEDED)."""
@@ -338,7 +334,8 @@ class ServerConnection(Connection):
         ``too_large`` answer."""
         limit = self._server._message_limit
         payload, compressed = split_message(body, call.encoding, limit)
-        keep = self._keep(call)
+        method = call.method  # :meth:`_keep`, inlined: once a call
+        keep = method.max_request if method.max_request is not None and method.too_large is not None else limit
         if not compressed:
             return payload if len(payload) <= keep else len(payload)
         return Inflater(payload, keep=keep, limit=limit)
@@ -373,7 +370,8 @@ class ServerConnection(Connection):
         self.h2.send(stream_id, hpack.encode([(":status", status)]))
 
     def on_local_end(self, stream_id: int) -> None:
-        self._maybe_close()
+        if self._draining:  # as in :meth:`_run`: no call while not draining
+            self._maybe_close()
 
     def _maybe_close(self) -> None:
         if self._draining and not self._calls and not self.h2.has_blocked:

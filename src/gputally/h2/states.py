@@ -19,8 +19,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import NoReturn
 
-__all__ = ["LIVE", "TRANSITIONS", "Closure", "StateError", "StreamInput", "StreamState", "advance", "reachable"]
+__all__ = ["AFTER", "LIVE", "TRANSITIONS", "Closure", "StateError", "StreamInput", "StreamState", "advance", "reachable",
+           "refuse"]
 
 
 class StreamState(enum.IntEnum):
@@ -80,20 +82,28 @@ TRANSITIONS: Mapping[tuple[StreamState, StreamInput], StreamState] = MappingProx
 LIVE = frozenset(_LIVE)
 """The states of a stream in the core's table (it leaves the table when it closes)."""
 
-# The table as nested lists, indexed by the two IntEnums: one lookup per step on the hot path
-# (three steps a unary call), no tuple built. Derived from TRANSITIONS, never written by hand.
-_NEXT: list[list[StreamState | None]] = [[TRANSITIONS.get((s, i)) for i in StreamInput] for s in StreamState]
+AFTER: tuple[tuple[StreamState | None, ...], ...] = tuple(
+    tuple(TRANSITIONS.get((state, event)) for state in StreamState) for event in StreamInput)
+"""The table by input, then state: ``AFTER[event][state]`` is the state :data:`TRANSITIONS`
+gives, None where it has no move. Derived from it, never written by hand, so that the hot
+path moves a stream with one index (a row per input, bound once by the caller) and no tuple
+built; a None there goes to :func:`refuse`."""
 
 
 class StateError(Exception):
     """A move the transition table does not have: the core's bug, never the peer's."""
 
 
+def refuse(state: StreamState, event: StreamInput) -> NoReturn:
+    """Raise the :class:`StateError` for a pair the table does not have."""
+    raise StateError(f"no transition from {state.name} on {event.name}")
+
+
 def advance(state: StreamState, event: StreamInput) -> StreamState:
     """The state after ``event`` in ``state``, by :data:`TRANSITIONS`."""
-    after = _NEXT[state][event]
+    after = AFTER[event][state]
     if after is None:
-        raise StateError(f"no transition from {state.name} on {event.name}")
+        refuse(state, event)
     return after
 
 

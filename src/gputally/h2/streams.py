@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
-from .states import _NEXT, Closure, StateError, StreamInput, StreamState, advance
+from .states import AFTER, Closure, StreamInput, StreamState, advance, refuse
 
 __all__ = ["Stream", "StreamTable"]
 
@@ -49,10 +49,11 @@ class Stream:
         """(is headers, bytes, end of stream), in the order they must go out."""
 
     def advance(self, event: StreamInput) -> StreamState:
-        """Move by the transition table (:func:`~.states.advance`, inlined: three moves a call); the new state."""
-        state = _NEXT[self.state][event]
+        """Move by the transition table (:func:`~.states.advance`); the new state. The core's
+        hot paths do the same with their input's row of :data:`~.states.AFTER`."""
+        state = AFTER[event][self.state]
         if state is None:
-            raise StateError(f"no transition from {self.state.name} on {event.name}")
+            refuse(self.state, event)
         self.state = state
         return state
 
@@ -61,12 +62,13 @@ class StreamTable:
     """Live streams by id, the recently closed ones' :class:`~.states.Closure`, and the counts
     the limits need."""
 
-    __slots__ = ("_clock", "_memory", "_peer_parity", "active_peer", "closed", "idle_since", "last_local",
-                 "last_peer", "live")
+    __slots__ = ("_clock", "_memory", "active_peer", "closed", "idle_since", "last_local", "last_peer", "live",
+                 "peer_parity")
 
     def __init__(self, *, client: bool, max_concurrent_streams: int, clock: Callable[[], float]) -> None:
         self._clock = clock
-        self._peer_parity = 0 if client else 1
+        self.peer_parity = 0 if client else 1
+        """``stream_id & 1`` of the peer's streams (odd ones a client's)."""
         self.live: dict[int, Stream] = {}
         """Streams not closed, either end's (read it; change it through this table's methods)."""
         # oldest first (popitem(last=False) is O(1), where deleting a dict's first key leaves a
@@ -87,19 +89,17 @@ class StreamTable:
         """How many closed streams' closures are remembered at most."""
         return self._memory
 
-    def is_peer_id(self, stream_id: int) -> bool:
-        return (stream_id & 1) == self._peer_parity
-
     def is_idle(self, stream_id: int) -> bool:
         """Never opened by either end (RFC 9113 section 5.1.1: ids only grow)."""
-        if (stream_id & 1) == self._peer_parity:
+        if (stream_id & 1) == self.peer_parity:
             return stream_id > self.last_peer
         return stream_id > self.last_local
 
     def open(self, stream_id: int, window: int, recv_window: int, *, local: bool) -> Stream:
         stream = self.live[stream_id] = Stream(stream_id, window, recv_window, local=local, opened=self._clock())
         if local:
-            self.last_local = max(self.last_local, stream_id)
+            if stream_id > self.last_local:
+                self.last_local = stream_id
         else:
             self.active_peer += 1
         self.idle_since = None
@@ -109,13 +109,20 @@ class StreamTable:
         """``stream`` closes by ``event`` (its END_STREAM or a reset); False when it had left the
         table already."""
         stream_id = stream.id
-        if self.live.pop(stream_id, None) is None:
+        live = self.live
+        if live.pop(stream_id, None) is None:
             return False
-        stream.advance(event)
+        state = AFTER[event][stream.state]  # stream.advance and remember, inlined: once a call
+        if state is None:
+            refuse(stream.state, event)
+        stream.state = state
         if not stream.local:
             self.active_peer -= 1
-        self.remember(stream_id, how)
-        if not self.live:
+        closed = self.closed
+        closed[stream_id] = how
+        if len(closed) > self._memory:
+            closed.popitem(last=False)
+        if not live:
             self.idle_since = self._clock()
         return True
 
