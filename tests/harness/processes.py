@@ -23,7 +23,7 @@ from typing import TypeVar
 
 import psutil
 
-__all__ = ["PortTaken", "Ports", "in_use", "start_on_ports", "terminate", "unused_port", "wait_for_port"]
+__all__ = ["PortTaken", "Ports", "hold_port", "in_use", "start_on_ports", "terminate", "unused_port", "wait_for_port"]
 
 T = TypeVar("T")
 
@@ -50,9 +50,23 @@ def unused_port() -> int:
     servers set it by default; aiohttp's and asyncio's take ``reuse_port=True``, ``gputally
     serve --workers`` sets it. Stopped again, the server leaves the port held.
     """
+    return hold_port(0)
+
+
+def hold_port(port: int) -> int:
+    """Hold loopback ``port`` as `unused_port` holds its own (0: a port the kernel picks); the
+    port. For a server that listens with SO_REUSEPORT and restarts on the port it had
+    (llama-server with ``--reuse-port``): held beside it, the port stays the test's while the
+    server is down."""
+    if port in _HELD:
+        return port
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind(("127.0.0.1", 0))
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError:
+        sock.close()
+        raise
     port = int(sock.getsockname()[1])
     _HELD[port] = sock
     return port

@@ -15,7 +15,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from harness.processes import Ports, PortTaken, in_use, start_on_ports, terminate, unused_port, wait_for_port
+from harness.processes import (
+    Ports,
+    PortTaken,
+    hold_port,
+    in_use,
+    start_on_ports,
+    terminate,
+    unused_port,
+    wait_for_port,
+)
 from harness.serve import read_listening, wait_listening
 
 GPUTALLY = str(Path(sys.executable).with_name("gputally"))
@@ -72,6 +81,26 @@ async def test_a_down_backends_port_refuses_and_cannot_be_taken_but_comes_up_bes
     backend.close()
     await backend.wait_closed()
     assert refused(port)  # down again, and still held
+
+
+async def test_a_server_that_restarts_on_its_port_keeps_it_while_it_is_down() -> None:
+    """A server listening with SO_REUSEPORT (llama-server with --reuse-port): the port it got is
+    held beside it, so between a stop and the restart nothing else can take it."""
+    async def hello(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    first = await asyncio.start_server(hello, "127.0.0.1", 0, reuse_port=True)
+    port = first.sockets[0].getsockname()[1]
+    assert hold_port(port) == port == hold_port(port)
+    first.close()
+    await first.wait_closed()
+    assert refused(port)
+    with socket.socket() as other, pytest.raises(OSError):
+        other.bind(("127.0.0.1", port))
+    again = await asyncio.start_server(hello, "127.0.0.1", port, reuse_port=True)
+    assert not refused(port)
+    again.close()
+    await again.wait_closed()
 
 
 def test_an_external_server_that_loses_its_port_is_started_again_on_another(tmp_path: Path) -> None:
@@ -169,7 +198,8 @@ def test_a_serve_that_cannot_have_its_port_is_port_taken(tmp_path: Path) -> None
     port = unused_port()  # held without SO_REUSEPORT on gputally's side: one process binds plainly
     document = serve_config()
     document["receivers"] = {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{port}"}}}}
-    document["service"]["pipelines"] = {"metrics": {"receivers": ["otlp"], "exporters": ["debug"]}}  # type: ignore[index]
+    document["service"] = {"pipelines": {"metrics": {"receivers": ["otlp"], "exporters": ["debug"]}},
+                           "telemetry": {"metrics": {"address": None}}}
     config, log = tmp_path / "config.yaml", tmp_path / "serve.log"
     config.write_text(yaml.safe_dump(document))
     with log.open("wb") as out:
