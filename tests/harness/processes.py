@@ -5,6 +5,7 @@ nothing here picks a port for it. What is here is for the other cases (README.md
 server is which):
 
 * `unused_port`: a port held for a backend that is down, or that comes up later on it;
+  `hold_port`: the same for the port a server has, across its restart;
 * `start_on_ports`: an external server that must be told its ports before it starts, started
   again on other ports when another process took one of them first;
 * `wait_for_port` and `terminate`: wait until a process listens, and stop it by pid.
@@ -28,7 +29,7 @@ __all__ = ["PortTaken", "Ports", "hold_port", "in_use", "start_on_ports", "termi
 T = TypeVar("T")
 
 _HELD: dict[int, socket.socket] = {}
-"""The sockets that hold `unused_port`'s ports, open until this process exits."""
+"""The sockets that hold `hold_port`'s ports, open until this process exits."""
 
 _PICKED: set[int] = set()
 """Ports `Ports` has picked in this process: a picked port is only taken once its server
@@ -197,9 +198,3 @@ def terminate(proc: subprocess.Popen[bytes], grace: float) -> int | None:
                 proc.kill()
             proc.wait(grace)
     return proc.returncode
-
-
-def free_port() -> int:
-    """Being replaced (issue #36): a port picked for a server started later, which another
-    process can take in between. Use port 0, `unused_port` or `start_on_ports`."""
-    return _pick()
