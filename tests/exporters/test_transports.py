@@ -148,7 +148,7 @@ def backend(request: pytest.FixtureRequest) -> Backend:
 
 @pytest.fixture
 async def sink(backend: Backend) -> Any:
-    """The backend's sink, up on a free port."""
+    """The backend's sink, up on port 0 (its port is `sink.port`)."""
     return await backend.start_sink()
 
 
