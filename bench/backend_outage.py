@@ -23,17 +23,7 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_node_request import gpu_node_request  # noqa: E402
-from pipeline_throughput import METHOD, free_port, wait_port  # noqa: E402
-
-
-def start_sink(port: int, report: Path) -> subprocess.Popen[bytes]:
-    sink = subprocess.Popen(
-        [sys.executable, str(Path(__file__).parent / "sink.py"), "--port", str(port), "--report", str(report)],
-        stdout=subprocess.PIPE,
-    )
-    assert sink.stdout is not None
-    sink.stdout.readline()
-    return sink
+from pipeline_throughput import METHOD, free_port, start_sink, wait_port  # noqa: E402
 
 
 def exporter_figures(admin: int) -> dict[str, float]:
@@ -55,8 +45,10 @@ def queue_size(admin: int) -> float:
 async def main(args: argparse.Namespace) -> None:
     payload = gpu_node_request().SerializeToString()
     points_per_request = 340
-    sink_port, grpc_port, admin_port = free_port(), free_port(), free_port()
+    grpc_port, admin_port = free_port(), free_port()
     with tempfile.TemporaryDirectory() as tmp:
+        reports = [Path(tmp) / "sink1.json", Path(tmp) / "sink2.json"]
+        sink, sink_port = start_sink(reports[0])  # back after the outage on the same port
         config = Path(tmp) / "config.yaml"
         config.write_text(json.dumps({
             "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{grpc_port}"}}}},
@@ -70,8 +62,6 @@ async def main(args: argparse.Namespace) -> None:
                 "telemetry": {"metrics": {"address": f"127.0.0.1:{admin_port}"}},
             },
         }))
-        reports = [Path(tmp) / "sink1.json", Path(tmp) / "sink2.json"]
-        sink = start_sink(sink_port, reports[0])
         server = subprocess.Popen([str(Path(sys.executable).parent / "gputally"), "serve", "--config", str(config)],
                                   stderr=subprocess.DEVNULL)
         wait_port(grpc_port)
@@ -89,7 +79,7 @@ async def main(args: argparse.Namespace) -> None:
                     down = True
                     print(f"t={elapsed:5.1f}s backend down", flush=True)
                 elif down and elapsed >= args.before + args.outage:
-                    sink = start_sink(sink_port, reports[1])
+                    sink, _ = start_sink(reports[1], sink_port)
                     down = False
                     print(f"t={elapsed:5.1f}s backend up again", flush=True)
                 try:

@@ -30,7 +30,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 sys.path.insert(0, str(Path(__file__).parent))
 from k8s_setup import cluster, container_id, populate, wait_metric  # noqa: E402
 from k8s_throughput import node_request  # noqa: E402
-from pipeline_throughput import METHOD, free_port, load, wait_port  # noqa: E402
+from pipeline_throughput import METHOD, free_port, load, start_sink, wait_port  # noqa: E402
 
 SETUP = Path(__file__).parent / "k8s_setup.py"
 
@@ -81,14 +81,11 @@ def cluster_requests(pods: list[dict[str, Any]], per_request: int = 100) -> list
 def measure(
     kubeconfig: Path | None, *, pods: list[dict[str, Any]], replicasets: int, seconds: float, page_size: int = 500
 ) -> dict[str, float]:
-    grpc_port, admin_port, sink_port = free_port(), free_port(), free_port()
+    grpc_port, admin_port = free_port(), free_port()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config.yaml"
+        sink, sink_port = start_sink(Path(tmp) / "sink.json")
         path.write_text(json.dumps(config(grpc_port, admin_port, sink_port, kubeconfig, page_size)))
-        sink = subprocess.Popen([sys.executable, str(Path(__file__).parent / "sink.py"), "--port", str(sink_port),
-                                 "--report", str(Path(tmp) / "sink.json")], stdout=subprocess.PIPE)
-        assert sink.stdout is not None
-        sink.stdout.readline()
         started = time.monotonic()
         server = subprocess.Popen([sys.executable, str(SETUP), "serve", str(path)], stderr=subprocess.DEVNULL)
         proc = psutil.Process(server.pid)

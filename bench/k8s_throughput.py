@@ -45,7 +45,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_node_request import GPUS, PROCESSES, gpu_node_request  # noqa: E402
 from k8s_setup import FakeKubelet, cluster, container_id, wait_metric  # noqa: E402
-from pipeline_throughput import free_port, load, wait_delivered, wait_port  # noqa: E402
+from pipeline_throughput import free_port, load, start_sink, wait_delivered, wait_port  # noqa: E402
 
 SETUP = Path(__file__).parent / "k8s_setup.py"
 NODE = "gpu-node-001"
@@ -206,7 +206,7 @@ class Served:
                  points: int, node: Node) -> None:
         self.scenario, self.args, self.payload, self.points, self.node = scenario, args, payload, points, node
         self.named = processors_of(scenario)
-        self.grpc_port, self.admin_port, self.sink_port = free_port(), free_port(), free_port()
+        self.grpc_port, self.admin_port, self.sink_port = free_port(), free_port(), 0  # the sink's: once it runs
         self.sent = 0
         """Requests sent so far (warm-up and earlier rounds): what the sink must have before a round ends."""
         self._stack = contextlib.ExitStack()
@@ -214,13 +214,10 @@ class Served:
     def __enter__(self) -> Served:
         tmp = Path(self._stack.enter_context(tempfile.TemporaryDirectory()))
         self.report, config, self.log = tmp / "sink.json", tmp / "config.yaml", tmp / "server.log"
+        sink, self.sink_port = start_sink(self.report)
+        self._stack.callback(_stop, sink)
         config.write_text(json.dumps(server_config(self.grpc_port, self.admin_port, self.sink_port, self.scenario,
                                                    self.node)))
-        sink = subprocess.Popen([sys.executable, str(Path(__file__).parent / "sink.py"), "--port",
-                                 str(self.sink_port), "--report", str(self.report)], stdout=subprocess.PIPE)
-        self._stack.callback(_stop, sink)
-        assert sink.stdout is not None
-        sink.stdout.readline()
         with self.log.open("wb") as err:
             server = subprocess.Popen([sys.executable, str(SETUP), "serve", str(config)], stderr=err)
         self._stack.callback(_stop, server)

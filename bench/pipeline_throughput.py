@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import psutil
@@ -41,9 +42,25 @@ SCENARIOS = {
 
 
 def free_port() -> int:
+    """A port for a server that must be told it up front (``serve --workers`` sharing one): a
+    race with any other process binding one, acceptable in a benchmark run on a quiet machine.
+    Servers that can, bind port 0 (`start_sink`)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def start_sink(report: Path, port: int = 0, **popen: Any) -> tuple[subprocess.Popen[bytes], int]:
+    """bench/sink.py counting into ``report``, listening (on ``port``, 0: one of its own); it
+    and its port."""
+    sink = subprocess.Popen([sys.executable, str(Path(__file__).parent / "sink.py"), "--port", str(port),
+                             "--report", str(report)], stdout=subprocess.PIPE, **popen)
+    assert sink.stdout is not None
+    said = sink.stdout.readline().split()  # b"ready PORT"
+    if said[:1] != [b"ready"]:
+        sink.kill()
+        raise RuntimeError(f"bench/sink.py did not start: {said}")
+    return sink, int(said[1])
 
 
 def write_config(path: Path, grpc_port: int, sink_port: int, actions: list[dict[str, object]]) -> None:
@@ -117,14 +134,12 @@ async def load(port: int, payload: bytes | Callable[[], bytes], seconds: float, 
 
 
 def run_scenario(name: str, actions: list[dict[str, object]], args: argparse.Namespace, payload: bytes, points: int) -> dict[str, object]:
-    sink_port, grpc_port = free_port(), free_port()
+    grpc_port = free_port()  # the workers share it
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "sink.json"
         config = Path(tmp) / "config.yaml"
+        sink, sink_port = start_sink(report)
         write_config(config, grpc_port, sink_port, actions)
-        sink = subprocess.Popen([sys.executable, str(Path(__file__).parent / "sink.py"), "--port", str(sink_port), "--report", str(report)], stdout=subprocess.PIPE)
-        assert sink.stdout is not None
-        sink.stdout.readline()
         sink_proc = psutil.Process(sink.pid)
         gputally = Path(sys.executable).parent / "gputally"
         server = subprocess.Popen(

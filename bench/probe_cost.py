@@ -179,10 +179,7 @@ class _Pods:
         self.gpu_pids: list[int] = []
         self.ports: list[int] = []
         for n in range(count):
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            argv = [sys.executable, str(ENGINE_SERVER), "--port", str(port), "--file", str(VLLM)]
+            argv = [sys.executable, str(ENGINE_SERVER), "--file", str(VLLM)]  # port 0: it says which it got
             directory = None
             if self.pods:
                 import secrets
@@ -200,8 +197,10 @@ class _Pods:
             self.procs.append(server)
             if directory is not None:
                 (directory / "cgroup.procs").write_text(str(server.pid))
-            assert server.stdout is not None and server.stdout.readline().strip() == b"listening", "engine server"
-            self.ports.append(port)
+            assert server.stdout is not None
+            said = server.stdout.readline().split()  # b"listening PORT"
+            assert said[:1] == [b"listening"], f"engine server: {said}"
+            self.ports.append(int(said[1]))
 
     def close(self) -> None:
         for proc in self.procs:

@@ -1,6 +1,7 @@
 """A minimal OTLP/gRPC metrics backend for benchmarks: counts points, answers at once.
 
-Run: python bench/sink.py --port 14317 --report /tmp/sink.json  (totals rewritten every 0.1 s)
+Run: python bench/sink.py --report /tmp/sink.json  (totals rewritten every 0.1 s); it listens on
+--port (0, the default: a port the kernel picks) and prints "ready PORT" once it does.
      [--keep-first /tmp/first.bin]  (the first request's bytes, as received: what the server sent)
 """
 
@@ -37,11 +38,11 @@ async def main(port: int, report: str, keep_first: str | None = None) -> None:
     )
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
     server.add_generic_rpc_handlers([handler])
-    server.add_insecure_port(f"127.0.0.1:{port}")
+    port = server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    print("ready", flush=True)
+    print(f"ready {port}", flush=True)
     while not stop.is_set():  # totals on disk every 0.1 s, so a benchmark can watch delivery
         write(report, totals)
         try:
@@ -60,7 +61,7 @@ def write(report: str, totals: dict[str, int]) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--report", required=True)
     parser.add_argument("--keep-first", help="write the first request's bytes to this file")
     args = parser.parse_args()

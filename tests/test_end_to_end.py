@@ -9,14 +9,14 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import grpc
 import yaml
-from harness.processes import free_port
+from harness.processes import Ports, start_on_ports, unused_port
+from harness.serve import Listening, wait_listening
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from support.otlp import OtlpSink
 
@@ -84,12 +84,16 @@ async def send(port: int, request: ExportMetricsServiceRequest) -> None:
         await channel.unary_unary(METRICS_EXPORT)(request.SerializeToString(), timeout=5)
 
 
+def grpc_port(service: Service) -> int:
+    """The port the service's otlp receiver got (configured with port 0)."""
+    return int(service.receivers["otlp"].listening()["grpc"].rpartition(":")[2])
+
+
 async def test_request_comes_out_enriched(otlp_sink: OtlpSink) -> None:
-    port = free_port()
-    service = Service(load_config(config_text(port, otlp_sink)))
+    service = Service(load_config(config_text(0, otlp_sink)))
     await service.start()
     try:
-        await send(port, gpu_request())
+        await send(grpc_port(service), gpu_request())
         await otlp_sink.wait_for(lambda: len(otlp_sink.received_metrics()) == 1)
     finally:
         await service.shutdown()
@@ -99,10 +103,10 @@ async def test_request_comes_out_enriched(otlp_sink: OtlpSink) -> None:
 
 
 async def test_backend_outage_loses_nothing_within_the_queue_bound() -> None:
-    sink = OtlpSink(free_port())  # not started: the backend is down
-    port = free_port()
-    service = Service(load_config(config_text(port, sink)))
+    sink = OtlpSink(unused_port())  # not started: the backend is down
+    service = Service(load_config(config_text(0, sink)))
     await service.start()
+    port = grpc_port(service)
     try:
         for gpu in range(20):
             await send(port, gpu_request(points=5, gpu=f"GPU-{gpu}"))
@@ -120,44 +124,25 @@ async def test_backend_outage_loses_nothing_within_the_queue_bound() -> None:
     assert gpus == sorted(f"GPU-{gpu}" for gpu in range(20))
 
 
-def _serve(config: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [GPUTALLY, "serve", "--config", str(config)], stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
-    )
+def _serve(config: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """``gputally serve --config CONFIG ARGS``, its stderr appended to ``log``."""
+    with log.open("ab") as stderr:
+        return subprocess.Popen([GPUTALLY, "serve", "--config", str(config), *args], stderr=stderr,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
-def _wait_listening(proc: subprocess.Popen[str], workers: int = 1) -> list[str]:
-    """stderr's lines until ``workers`` services have printed their pipelines (20 s at most).
-
-    Read in a thread: a blocking readline on a process that prints nothing more would
-    otherwise outlast any deadline."""
-    assert proc.stderr is not None
-    stderr = proc.stderr
-    lines: list[str] = []
-    started = threading.Event()
-
-    def read() -> None:
-        for line in stderr:
-            lines.append(line)
-            if sum(seen.count("gputally: pipelines") for seen in lines) >= workers:
-                break
-        started.set()
-
-    threading.Thread(target=read, name="gputally stderr", daemon=True).start()
-    if not started.wait(20) or sum(line.count("gputally: pipelines") for line in lines) < workers:
-        raise AssertionError(f"gputally did not start: {''.join(lines)}")
-    return lines
+def _started(proc: subprocess.Popen[bytes], log: Path, workers: int = 1) -> Listening:
+    """Where ``proc`` listens, once its ``workers`` services have started (20 s at most)."""
+    return wait_listening(proc, log, 20, workers=workers, since=0)
 
 
 async def test_persistent_queue_survives_sigterm_and_restart(tmp_path: Path) -> None:
-    sink = OtlpSink(free_port())
-    port = free_port()
+    sink = OtlpSink(unused_port())
     config = tmp_path / "config.yaml"
-    config.write_text(config_text(port, sink, storage=tmp_path / "queue"))
+    config.write_text(config_text(0, sink, storage=tmp_path / "queue"))
 
-    first = _serve(config)
-    lines = _wait_listening(first)
-    assert any(f"listening on 127.0.0.1:{port}" in line for line in lines)
+    first = _serve(config, tmp_path / "first.log")
+    port = _started(first, tmp_path / "first.log").port("grpc")
     for gpu in range(5):
         await send(port, gpu_request(points=2, gpu=f"GPU-{gpu}"))
     first.send_signal(signal.SIGTERM)
@@ -165,9 +150,9 @@ async def test_persistent_queue_survives_sigterm_and_restart(tmp_path: Path) -> 
     assert list((tmp_path / "queue").rglob("*")), "the queue should hold the unsent batches on disk"
 
     await sink.start()
-    second = _serve(config)
+    second = _serve(config, tmp_path / "second.log")
     try:
-        _wait_listening(second)
+        _started(second, tmp_path / "second.log")
         await sink.wait_for(lambda: len({a["hw.id"] for m in sink.messages() for a in resource_attributes(m)}) == 5)
     finally:
         second.send_signal(signal.SIGTERM)
@@ -179,13 +164,12 @@ async def test_persistent_queue_survives_sigterm_and_restart(tmp_path: Path) -> 
 async def test_admin_endpoint_reports_metrics_and_readiness(otlp_sink: OtlpSink) -> None:
     from gputally.cli.admin import AdminServer
 
-    port = free_port()
-    service = Service(load_config(config_text(port, otlp_sink)))
+    service = Service(load_config(config_text(0, otlp_sink)))
     admin = AdminServer("127.0.0.1:0", service.telemetry.registry, service.not_ready, service.degraded)
     await admin.start()
     await service.start()
     try:
-        await send(port, gpu_request(points=4))
+        await send(grpc_port(service), gpu_request(points=4))
         await otlp_sink.wait_for(lambda: len(otlp_sink.received_metrics()) == 1)
         async with aiohttp.ClientSession() as http:
             async with http.get(f"http://{admin.address}/healthz") as response:
@@ -220,24 +204,27 @@ def test_cli_validate_and_version(tmp_path: Path) -> None:
     assert result.stdout.startswith("gputally ")
 
 
-def test_default_serve_prints_where_it_listens_and_shows_data() -> None:
-    grpc_port, http_port, admin_port = free_port(), free_port(), free_port()
+def test_default_serve_prints_where_it_listens_and_shows_data(tmp_path: Path) -> None:
     env = {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
-        "GPUTALLY_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}",
-        "GPUTALLY_HTTP_ENDPOINT": f"127.0.0.1:{http_port}",
-        "GPUTALLY_ADMIN_ENDPOINT": f"127.0.0.1:{admin_port}",
+        "GPUTALLY_GRPC_ENDPOINT": "127.0.0.1:0",
+        "GPUTALLY_HTTP_ENDPOINT": "127.0.0.1:0",
+        "GPUTALLY_ADMIN_ENDPOINT": "127.0.0.1:0",
     }
-    proc = subprocess.Popen([GPUTALLY, "serve"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    log = tmp_path / "serve.log"
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen([GPUTALLY, "serve"], stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
     try:
-        lines = _wait_listening(proc)
-        text = "".join(lines)
+        listening = wait_listening(proc, log, 20)
+        text = log.read_text()
         # One clean startup block: each listener and the limiter's limits said once.
-        assert text.count(f"OTLP/gRPC listening on 127.0.0.1:{grpc_port}") == 1
-        assert text.count(f"OTLP/HTTP listening on 127.0.0.1:{http_port}") == 1
+        for transport, said in (("grpc", "OTLP/gRPC"), ("http", "OTLP/HTTP")):
+            assert text.count(f"{said} listening on ") == 1
+            assert text.count(f"{said} listening on {listening.address(transport)}") == 1
+        assert text.count("/healthz and /readyz on ") == 1 and listening.admin_port > 0
         assert text.count("memory_limiter: limits") == 1
-        asyncio.run(send(grpc_port, gpu_request(points=7)))
+        asyncio.run(send(listening.port("grpc"), gpu_request(points=7)))
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
@@ -250,19 +237,28 @@ def test_default_serve_prints_where_it_listens_and_shows_data() -> None:
 
 
 async def test_workers_share_the_port_and_each_serves_its_own_metrics(tmp_path: Path) -> None:
-    sink = OtlpSink(free_port())
+    sink = OtlpSink()
     await sink.start()
-    port, admin = free_port(), free_port()
-    while admin + 1 == port:
-        admin = free_port()
+    # Port 0 would give each worker a port of its own: the shared one is held here, and the
+    # workers bind it beside the hold (SO_REUSEPORT, as they do to share it).
+    port = unused_port()
     config = yaml.safe_load(config_text(port, sink))
-    config["service"]["telemetry"]["metrics"]["address"] = f"127.0.0.1:{admin}"
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    proc = subprocess.Popen([GPUTALLY, "serve", "--config", str(path), "--workers", "2"],
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    path, log = tmp_path / "config.yaml", tmp_path / "serve.log"
+
+    def start(ports: Ports) -> tuple[subprocess.Popen[bytes], int]:
+        """Worker N serves its metrics on the admin port + N: a picked port, and the next one,
+        which another process may hold (then both start again on others)."""
+        admin = ports["admin"]
+        config["service"]["telemetry"]["metrics"]["address"] = f"127.0.0.1:{admin}"
+        path.write_text(yaml.safe_dump(config))
+        since = log.stat().st_size if log.exists() else 0
+        proc = _serve(path, log, "--workers", "2")
+        listening = wait_listening(proc, log, 20, workers=2, since=since)
+        assert sorted(listening.admin) == [f"127.0.0.1:{admin}", f"127.0.0.1:{admin + 1}"], listening.admin
+        return proc, admin
+
+    proc, admin = start_on_ports(start, what="gputally serve --workers 2")
     try:
-        _wait_listening(proc, workers=2)
         # The kernel spreads connections, not requests: use one connection per request.
         for gpu in range(12):
             await send(port, gpu_request(points=1, gpu=f"GPU-{gpu}"))

@@ -27,7 +27,7 @@ from __future__ import annotations
 import pytest
 
 from harness.kube.cluster import KubeCluster
-from harness.processes import free_port
+from harness.processes import unused_port
 from harness.prometheus import otlp
 
 
@@ -50,8 +50,8 @@ def test_annotation_only(cluster: KubeCluster | None = None):
     pass
 
 
-def test_free_port_is_no_server():
-    free_port()
+def test_unused_port_is_no_server():
+    unused_port()
 
 
 def test_otlp_request_in_memory():
@@ -109,7 +109,7 @@ def test_a_test_is_integration_when_it_or_a_fixture_it_uses_touches_a_harness(tm
     ]
     assert collected(tmp_path, "-m", "not integration") == [
         "test_annotation_only",
-        "test_free_port_is_no_server",
         "test_otlp_request_in_memory",
         "test_plain",
+        "test_unused_port_is_no_server",
     ]

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.processes import free_port, terminate
+from harness.processes import terminate
 
 from gputally.probes.nvml.replay import load_recording
 from tests.otelcol.shapes import GputallyProcess
@@ -76,26 +76,25 @@ def probe(recording: Path, port: int, node: str, log: Path) -> Iterator[subproce
         terminate(process, 10.0)
 
 
-def serve_config(port: int, processors: Mapping[str, Any], prometheus: Any) -> dict[str, Any]:
-    """``processors`` (an attribution processor) then ``usage``, into ``prometheus``."""
+def serve_config(processors: Mapping[str, Any], prometheus: Any) -> dict[str, Any]:
+    """``processors`` (an attribution processor) then ``usage``, into ``prometheus``; on port 0."""
     base = prometheus.otlp_url.removesuffix("/v1/metrics")
     return {
-        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{port}"}}}},
+        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}},
         "processors": {**processors, "usage": {"settle": "200ms", "emit_interval": "1s", "end_after": "1h"}},
         "exporters": {"otlphttp": {"endpoint": base, "compression": "none"}},
         "service": {
             "pipelines": {"metrics": {"receivers": ["otlp"], "processors": [*processors, "usage"],
                                       "exporters": ["otlphttp"]}},
-            "telemetry": {"metrics": {"address": f"127.0.0.1:{free_port()}"}},
+            "telemetry": {"metrics": {"address": "127.0.0.1:0"}},
         },
     }
 
 
 def start_serve(config: Mapping[str, Any], workdir: Path) -> tuple[GputallyProcess, int]:
-    port = int(config["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"].rsplit(":", 1)[1])
-    gateway = GputallyProcess(config, workdir / "gputally")
-    gateway.start(port)
-    return gateway, port
+    """A started ``gputally serve`` with ``config``, and the port its otlp receiver got."""
+    gateway = GputallyProcess(config, workdir / "gputally").start()
+    return gateway, gateway.port("grpc")
 
 
 def allocated_seconds(url: str, start: float, end: float, kind: str) -> dict[str, float]:

@@ -24,7 +24,6 @@ import pytest
 from harness.kube.cluster import KubeCluster, container_id, create_namespace, create_node, create_pod
 from harness.prometheus.fixtures import started_prometheus
 from harness.prometheus.server import Binaries, Prometheus
-from harness.processes import free_port
 
 from gputally.proto.podresources.v1 import api_pb2
 from tests.books.live import INTERVAL, allocated_seconds, probe, serve_config, start_serve, two_gpu_recording
@@ -106,11 +105,11 @@ async def test_allocated_gpu_time_equals_request_times_running_time(kube_cluster
     async with kubelet_socket(tmp_path, kubelet) as socket:
         k8s = {"k8s": {"mode": "node", "node_name": node, "kubeconfig": str(kube_cluster.limited_kubeconfig),
                        "pod_resources": {"socket": str(socket), "refresh_interval": "200ms"}}}
-        config = serve_config(free_port(), k8s, prom)
+        config = serve_config(k8s, prom)
         begin = time.time()
         gateway, port = await asyncio.to_thread(start_serve, config, tmp_path)
         try:
-            await asyncio.to_thread(pods_listed, config["service"]["telemetry"]["metrics"]["address"])
+            await asyncio.to_thread(pods_listed, gateway.listening.admin[0])
             with probe(recording, port, node, tmp_path / "probe.log"):
                 await asyncio.sleep(3 * INTERVAL)  # the GPUs seen free first
                 at = await whole_second()

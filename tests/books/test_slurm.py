@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from harness.prometheus.fixtures import started_prometheus
 from harness.prometheus.server import Binaries, Prometheus
-from harness.processes import free_port
 from harness.slurm.cluster import SlurmCluster
 
 from tests.books.live import INTERVAL, allocated_seconds, probe, serve_config, start_serve, two_gpu_recording, wait_for
@@ -69,7 +68,7 @@ def test_allocated_gpu_seconds_equal_sacct_per_job(slurm_cluster: SlurmCluster, 
                        "slurmrestd": {"endpoint": cluster.restd_url, "user": "root", "token_file": str(token)},
                        "gres": {"conf": str(cluster.gres_conf)}, "cache": {"refresh_interval": "250ms"}}}
     begin = time.time()
-    gateway, port = start_serve(serve_config(free_port(), slurm, prom), tmp_path)
+    gateway, port = start_serve(serve_config(slurm, prom), tmp_path)
     try:
         with probe(recording, port, cluster.node, tmp_path / "probe.log"):
             time.sleep(3 * INTERVAL)  # the GPUs seen idle before any job

@@ -22,7 +22,6 @@ from typing import Any
 import grpc
 import pytest
 import yaml
-from harness.processes import free_port
 from harness.prometheus.server import PROMOTED_RESOURCE_ATTRIBUTES, Binaries, HarnessError, Prometheus, default_config
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
@@ -104,14 +103,13 @@ async def test_the_documented_promotion_list_keeps_every_series_distinct(started
     assert len(processes) == 3, processes  # trainer, notebook, the Slurm job's holder
 
     prometheus = started("documented", documented(DOCUMENTED[0]))
-    port = free_port()
     gateway = GputallyProcess({
-        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{port}"}}}},
+        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}},
         "exporters": {"otlphttp": {"endpoint": prometheus.otlp_url.removesuffix("/v1/metrics"), "compression": "none"}},
         "service": {"pipelines": {"metrics": {"receivers": ["otlp"], "exporters": ["otlphttp"]}},
-                    "telemetry": {"metrics": {"address": f"127.0.0.1:{free_port()}"}}},
+                    "telemetry": {"metrics": {"address": "127.0.0.1:0"}}},
     }, tmp_path / "gputally")
-    gateway.start(port)
+    port = gateway.start().port("grpc")
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             export = channel.unary_unary(METRICS_EXPORT)

@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 import yaml
 from harness.image.buildah import Container, HarnessError, Image, build
-from harness.processes import free_port
 
 from .kube_api import containers, server_env
 
@@ -140,7 +139,7 @@ receivers:
   otlp:
     protocols:
       grpc:
-        endpoint: 127.0.0.1:{grpc}
+        endpoint: 127.0.0.1:0
 exporters:
   debug:
     verbosity: normal
@@ -154,26 +153,28 @@ service:
       exporters: [debug]
   telemetry:
     metrics:
-      address: 127.0.0.1:{admin}
+      address: 127.0.0.1:0
 """
 
-# Inside the container: serve in the background, wait until it listens, replay once into it,
-# stop it (SIGTERM drains), then show what it printed and the root mount.
+# Inside the container: serve in the background on port 0, wait until it says it has started
+# and read the port its receiver got, replay once into it, stop it (SIGTERM drains), then show
+# what it printed and the root mount.
 SCRIPT = """\
 gputally serve --config /tmp/serve.yaml >/tmp/serve.out 2>&1 &
 server=$!
-python3 -c 'import socket, sys, time
+grpc=$(python3 -c 'import re, sys, time
 for _ in range(300):
-    try:
-        socket.create_connection(("127.0.0.1", int(sys.argv[1])), 0.2).close(); break
-    except OSError: time.sleep(0.1)
-else: sys.exit("serve did not listen")' {grpc}
-gputally probe nvml --replay /tmp/replay.json --once --endpoint 127.0.0.1:{grpc} --insecure --no-pod-resources
+    text = open("/tmp/serve.out").read()
+    if "gputally: pipelines " in text:
+        print(re.search(r"OTLP/gRPC listening on 127.0.0.1:(\\d+)", text)[1]); break
+    time.sleep(0.1)
+else: sys.exit("serve did not start")')
+gputally probe nvml --replay /tmp/replay.json --once --endpoint 127.0.0.1:$grpc --insecure --no-pod-resources
 probe=$?
 kill -TERM $server; wait $server; served=$?
 echo "probe=$probe served=$served"
 if touch /opt/gputally/written 2>/dev/null || touch /written 2>/dev/null; then echo "root-writable"; fi
-awk '$2 == "/" {{print "root-mount", $4}}' /proc/self/mounts
+awk '$2 == "/" {print "root-mount", $4}' /proc/self/mounts
 cat /tmp/serve.out
 """
 
@@ -182,10 +183,9 @@ def test_a_replayed_probe_into_serve_with_a_read_only_root(container: Container,
     """The NVIDIA probe replays a real H200 recording (one GPU, its processes) into `serve` in
     the same container: the probe exits 0 only once serve has acknowledged the data (--once),
     and serve's debug exporter prints the GPU's points. The root filesystem is read-only."""
-    grpc, admin = free_port(), free_port()
-    (tmp_path / "serve.yaml").write_text(SERVE.format(grpc=grpc, admin=admin))
+    (tmp_path / "serve.yaml").write_text(SERVE)
     (tmp_path / "replay.json").write_bytes(REPLAY.read_bytes())
-    proc = container.run_read_only(["sh", "-c", SCRIPT.format(grpc=grpc)], inputs=tmp_path, timeout=180)
+    proc = container.run_read_only(["sh", "-c", SCRIPT], inputs=tmp_path, timeout=180)
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     assert "probe=0 served=0" in out, out + proc.stderr

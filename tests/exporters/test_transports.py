@@ -148,7 +148,7 @@ def backend(request: pytest.FixtureRequest) -> Backend:
 
 @pytest.fixture
 async def sink(backend: Backend) -> Any:
-    """The backend's sink, up on a free port."""
+    """The backend's sink, up on port 0 (its port is `sink.port`)."""
     return await backend.start_sink()
 
 
@@ -317,15 +317,15 @@ async def test_mutual_tls(backend, ca, tls_files, make_batch, counted, client_tl
 # --- failures, retry and partial success -----------------------------------------------------
 
 
-async def test_backend_down_then_up_loses_nothing(backend, free_port, make_batch, counted, eventually) -> None:
-    exporter = backend.exporter({"endpoint": backend.url(free_port)})
+async def test_backend_down_then_up_loses_nothing(backend, unused_port, make_batch, counted, eventually) -> None:
+    exporter = backend.exporter({"endpoint": backend.url(unused_port)})
     await exporter.start()
     batches = [make_batch(s, items=2, tag=f"{s}{n}") for n in range(3) for s in Signal]
     for batch in batches:
         await exporter.export(batch)
     await asyncio.sleep(0.2)
     assert not exporter.ready
-    sink = await backend.start_sink(port=free_port)
+    sink = await backend.start_sink(port=unused_port)
     await eventually(lambda: sum(counted("sent", backend.name, s) for s in Signal) == 18)
     assert sorted(c.body for c in sink.calls) == sorted(b.serialize() for b in batches)
     assert exporter.ready
@@ -451,15 +451,15 @@ async def test_a_request_over_the_backends_size_limit_is_sent_again_batch_by_bat
 # --- readiness, queue and shutdown -----------------------------------------------------------
 
 
-async def test_ready_once_the_backend_is_reached(backend, free_port, eventually) -> None:
-    exporter = backend.exporter({"endpoint": backend.url(free_port)})
+async def test_ready_once_the_backend_is_reached(backend, unused_port, eventually) -> None:
+    exporter = backend.exporter({"endpoint": backend.url(unused_port)})
     assert not exporter.ready
     started = time.monotonic()
     await exporter.start()
     assert time.monotonic() - started < 0.5  # start does not wait for the backend
     await asyncio.sleep(0.2)
     assert not exporter.ready
-    await backend.start_sink(port=free_port)
+    await backend.start_sink(port=unused_port)
     await eventually(lambda: exporter.ready)  # no export needed
     await exporter.shutdown()
 
@@ -488,9 +488,9 @@ async def test_full_queue_pushes_back(backend, sink, make_batch, counted, eventu
     ],
     indirect=["backend"],
 )
-async def test_persistent_queue_survives_a_restart(backend, free_port, make_batch, counted, tmp_path: Path,
+async def test_persistent_queue_survives_a_restart(backend, unused_port, make_batch, counted, tmp_path: Path,
                                                    component_id: str, directory: str) -> None:
-    section = {"endpoint": backend.url(free_port), "sending_queue": {"storage": "file_storage", "num_consumers": 2}}
+    section = {"endpoint": backend.url(unused_port), "sending_queue": {"storage": "file_storage", "num_consumers": 2}}
     first = backend.exporter(section, component_id=component_id, shutdown_timeout=0.5, storage={"file_storage": FileStorageConfig(directory=tmp_path)})
     await first.start()
     batches = [make_batch(s, items=2, tag=f"{s}{n}") for n in range(2) for s in Signal]
@@ -502,7 +502,7 @@ async def test_persistent_queue_survives_a_restart(backend, free_port, make_batc
     assert len(list((tmp_path / directory).glob("*.otlp"))) == 6  # the backend was down: all kept
     assert sum(counted("send_failed", component_id, s) for s in Signal) == 0
 
-    sink = await backend.start_sink(port=free_port)
+    sink = await backend.start_sink(port=unused_port)
     second = backend.exporter(section, component_id=component_id,
                               storage={"file_storage": FileStorageConfig(directory=tmp_path)})
     await second.start()
@@ -535,19 +535,19 @@ asyncio.run(main(*sys.argv[1:5], int(sys.argv[5]), json.loads(sys.stdin.read()))
 """
 
 
-async def test_persistent_queue_survives_a_crash(backend, free_port, make_batch, tmp_path: Path) -> None:
+async def test_persistent_queue_survives_a_crash(backend, unused_port, make_batch, tmp_path: Path) -> None:
     component_id = f"{backend.name}/crash"
     batches = [make_batch(s, items=2, tag=f"crash-{s}") for s in Signal]
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-c", _CRASHING_PROCESS, backend.module.__name__, backend.config.__name__, component_id,
-        str(tmp_path), str(free_port), stdin=asyncio.subprocess.PIPE,
+        str(tmp_path), str(unused_port), stdin=asyncio.subprocess.PIPE,
     )
     await process.communicate(json.dumps([[b.signal.value, b.items, b.serialize().hex()] for b in batches]).encode())
     assert process.returncode == 0
     assert len(list((tmp_path / f"{backend.name}%2Fcrash").glob("*.otlp"))) == 3
 
-    sink = await backend.start_sink(port=free_port)
-    survivor = backend.exporter({"endpoint": backend.url(free_port), "sending_queue": {"storage": "file_storage"}},
+    sink = await backend.start_sink(port=unused_port)
+    survivor = backend.exporter({"endpoint": backend.url(unused_port), "sending_queue": {"storage": "file_storage"}},
                                 component_id=component_id, storage={"file_storage": FileStorageConfig(directory=tmp_path)})
     await survivor.start()
     await sink.wait_calls(3)
@@ -557,14 +557,14 @@ async def test_persistent_queue_survives_a_crash(backend, free_port, make_batch,
 
 
 async def test_a_backend_back_just_before_shutdown_still_gets_the_queue(
-    backend, free_port, make_batch, counted, entries
+    backend, unused_port, make_batch, counted, entries
 ) -> None:
     """The shutdown drain's last attempt reaches a backend that came back during a long backoff
     (gRPC: it waits for the channel's reconnect instead of failing fast on a stale failure)."""
     # A long backoff: without the drain's wait-for-ready the last gRPC attempt would find the
     # channel still in TRANSIENT_FAILURE and drop everything.
     exporter = backend.exporter({
-        "endpoint": backend.url(free_port),
+        "endpoint": backend.url(unused_port),
         "retry_on_failure": {"initial_interval": "1s", "max_interval": "1s", "max_elapsed_time": "0"},
     }, shutdown_timeout=5.0)
     await exporter.start()
@@ -572,7 +572,7 @@ async def test_a_backend_back_just_before_shutdown_still_gets_the_queue(
     for batch in batches:
         await exporter.export(batch)
     await asyncio.sleep(0.2)  # the first attempt was refused; the consumers wait out 1 s
-    sink = await backend.start_sink(port=free_port)
+    sink = await backend.start_sink(port=unused_port)
     await exporter.shutdown()
     arrived = [entry for call in sink.calls for entry in entries(M, call.body)]
     assert sorted(arrived) == sorted(entry for b in batches for entry in entries(M, b.serialize()))

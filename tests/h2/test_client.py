@@ -16,7 +16,7 @@ from gputally.h2 import Channel, GrpcError, parse_target
 from gputally.h2 import hpack as encoder
 from gputally.h2.client import Target
 from gputally.h2.frames import PREFACE, ErrorCode, Flag, Setting, Type, frame, goaway, rst_stream, settings
-from harness.processes import free_port
+from harness.processes import unused_port
 
 SERVICE, METHOD = "test.Echo", "Echo"
 PATH = f"/{SERVICE}/{METHOD}"
@@ -91,7 +91,7 @@ async def test_calls_to_grpcio(grpcio_server: tuple[int, list[tuple[bytes, dict[
 
 
 async def test_an_unreachable_backend_fails_fast_then_backs_off() -> None:
-    port = free_port()
+    port = unused_port()
     channel = Channel(f"127.0.0.1:{port}", initial_backoff=0.3, max_backoff=1.0)
     try:
         with pytest.raises(GrpcError) as down:
@@ -103,7 +103,7 @@ async def test_an_unreachable_backend_fails_fast_then_backs_off() -> None:
             attempts.append(1)
             writer.close()
 
-        listener = await asyncio.start_server(count, "127.0.0.1", port)
+        listener = await asyncio.start_server(count, "127.0.0.1", port, reuse_port=True)  # beside the hold
         with pytest.raises(GrpcError):  # inside the backoff: no new attempt
             await channel.unary(PATH, b"x", timeout=5)
         assert attempts == []
@@ -113,7 +113,7 @@ async def test_an_unreachable_backend_fails_fast_then_backs_off() -> None:
 
 
 async def test_wait_for_ready_waits_for_the_backend(grpcio_server: tuple[int, list[object]]) -> None:
-    port = free_port()
+    port = unused_port()
     channel = Channel(f"127.0.0.1:{port}", initial_backoff=0.1, max_backoff=0.2)
     server = grpc.aio.server()
     try:
@@ -128,7 +128,7 @@ async def test_wait_for_ready_waits_for_the_backend(grpcio_server: tuple[int, li
 
         server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
             SERVICE, {METHOD: grpc.unary_unary_rpc_method_handler(echo)})])
-        server.add_insecure_port(f"127.0.0.1:{port}")
+        server.add_insecure_port(f"127.0.0.1:{port}")  # grpcio sets SO_REUSEPORT: beside the hold
         await server.start()
         assert await waiting == b"etal"
     finally:

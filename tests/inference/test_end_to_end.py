@@ -35,7 +35,6 @@ from harness.engines.fixtures import started
 from harness.engines.load import Usage, send_requests
 from harness.engines.servers import ENTER_CGROUP, LlamaCppServer, VllmServer
 from harness.kube.cluster import KubeCluster, create_node, create_pod
-from harness.processes import free_port
 from harness.prometheus.server import Binaries, Prometheus
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
@@ -63,10 +62,9 @@ TOKENS = "gputally_usage_tokens_total"
 INFERENCE_SERIES = 'count by (__name__, k8s_pod_uid) ({__name__=~"gputally_inference.*|gputally_usage_tokens.*"})'
 
 
-def gputally_config(port: int, node: str, kube: KubeCluster, prometheus: Prometheus,
-                    pod_resources: Path) -> dict[str, Any]:
+def gputally_config(node: str, kube: KubeCluster, prometheus: Prometheus, pod_resources: Path) -> dict[str, Any]:
     return {
-        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{port}"}}}},
+        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}},
         "processors": {
             "k8s": {"mode": "node", "node_name": node, "kubeconfig": str(kube.limited_kubeconfig),
                     "pod_resources": {"socket": str(pod_resources), "refresh_interval": "1s"},
@@ -78,7 +76,7 @@ def gputally_config(port: int, node: str, kube: KubeCluster, prometheus: Prometh
         "exporters": {"otlphttp": {"endpoint": prometheus.otlp_url.removesuffix("/v1/metrics"), "compression": "none"}},
         "service": {
             "pipelines": {"metrics": {"receivers": ["otlp"], "processors": ["k8s", "usage"], "exporters": ["otlphttp"]}},
-            "telemetry": {"metrics": {"address": f"127.0.0.1:{free_port()}"}},
+            "telemetry": {"metrics": {"address": "127.0.0.1:0"}},
         },
     }
 
@@ -219,12 +217,12 @@ async def test_tokens_and_gpu_time_per_owner_and_model_equal_the_answers_across_
                 source = RemappedReplay(ReplaySource.from_file(RECORDING), {BUSY_PID: vllm_server.processes()["worker"],
                                                  NOTEBOOK_PID: llama_server.pid, HOLDER_PID: holder.pid})
                 prometheus.start()
-                port = free_port()
-                serve = GputallyProcess(gputally_config(port, node, kube_cluster, prometheus, pod_resources),
+                serve = GputallyProcess(gputally_config(node, kube_cluster, prometheus, pod_resources),
                                         tmp_path / "gputally")
                 try:
-                    serve.start(port)
-                    sent = await serving(source, serve, prometheus, f"127.0.0.1:{port}", node, pod_resources,
+                    serve.start()
+                    endpoint = serve.listening.address("grpc")
+                    sent = await serving(source, serve, prometheus, endpoint, node, pod_resources,
                                          capture, uids, vllm_server, llama_server)
                     assert tokens(prometheus) == expected(sent)
                     await check_gpu_time_per_million_tokens(prometheus, capture, sent, uids, gpu_uuid, serve)

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from harness.processes import terminate, wait_for_port
+from harness.processes import terminate
+from harness.serve import Listening, wait_listening
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 from gputally.probes.core.allocations import PodAllocations
@@ -310,7 +311,9 @@ def retimed(request: Any, delta_ns: int) -> Any:
 
 
 class GputallyProcess:
-    """``gputally serve --config FILE`` as its own process, stopped by pid (SIGTERM drains)."""
+    """``gputally serve --config FILE`` as its own process, stopped by pid (SIGTERM drains).
+
+    Configure its listeners on ``127.0.0.1:0``: `start` reads back where they listen."""
 
     def __init__(self, config: Mapping[str, Any], workdir: Path, *, name: str = "gputally",
                  env: Mapping[str, str] | None = None) -> None:
@@ -321,9 +324,11 @@ class GputallyProcess:
         self.log_path = workdir / f"{name}.log"
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
+        self.listening = Listening()
+        """Where it listens, once started."""
 
-    def start(self, port: int, timeout: float = 30.0) -> GputallyProcess:
-        """Start, and wait until ``port`` on 127.0.0.1 listens."""
+    def start(self, timeout: float = 30.0) -> GputallyProcess:
+        """Start, and wait until it has started and said where it listens."""
         executable = Path(sys.executable).with_name("gputally")
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
@@ -331,11 +336,12 @@ class GputallyProcess:
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
                 start_new_session=True,
             )
-        failure = wait_for_port(self.proc, "127.0.0.1", port, timeout)
-        if failure is not None:
-            self.stop()
-            raise AssertionError(f"{self.name} {failure}:\n{self.log_tail()}")
+        self.listening = wait_listening(self.proc, self.log_path, timeout, name=self.name)
         return self
+
+    def port(self, transport: str = "grpc", receiver: str | None = None) -> int:
+        """The port of ``receiver``'s ``transport`` (`Listening.port`)."""
+        return self.listening.port(transport, receiver)
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM by pid, SIGKILL after ``timeout``; the exit code. Idempotent."""

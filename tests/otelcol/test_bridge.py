@@ -36,7 +36,7 @@ import grpc
 import pytest
 from harness.kube.cluster import KubeCluster
 from harness.otelcol.collector import Otelcol
-from harness.processes import free_port
+from harness.processes import Ports
 from harness.slurm.cluster import SlurmCluster
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
@@ -73,8 +73,9 @@ resource that has it went through gputally."""
 
 
 def gputally_config(scene: Placed, port: int, token: Path) -> dict[str, Any]:
-    """A bridge pipeline: k8s in gateway mode (the cluster's pods, the probe's holders hint for
-    the GPU), slurm through slurmrestd. Nothing is exported: the Collector carries the answer on."""
+    """A bridge pipeline on ``port`` (0 at first; a restart takes the port it had): k8s in
+    gateway mode (the cluster's pods, the probe's holders hint for the GPU), slurm through
+    slurmrestd. Nothing is exported: the Collector carries the answer on."""
     return {
         "receivers": {"bridge": {"endpoint": f"127.0.0.1:{port}"}},
         "processors": {
@@ -86,29 +87,31 @@ def gputally_config(scene: Placed, port: int, token: Path) -> dict[str, Any]:
         "exporters": {"debug": {}},
         "service": {
             "pipelines": {PIPELINE: {"receivers": ["bridge"], "processors": ["k8s", "slurm"], "exporters": ["debug"]}},
-            "telemetry": {"metrics": {"address": f"127.0.0.1:{free_port()}"}},
+            "telemetry": {"metrics": {"address": "127.0.0.1:0"}},
         },
     }
 
 
-def bridge_otelcol(front: int, bridge: int, out: Path, telemetry: int, on_error: str) -> dict[str, Any]:
-    return {
-        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{front}"}}}},
+def bridge_otelcol(bridge: int, out: Path, on_error: str) -> Callable[[Ports], dict[str, Any]]:
+    """The bridge otelcol's config, from the ports it is given: its ``otlp`` receiver on port
+    0, its own metrics (read by the test) on a picked port, which cannot be 0."""
+    return lambda ports: {
+        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}},
         "processors": {"gputally": {"endpoint": f"127.0.0.1:{bridge}", "tls": {"insecure": True},
                                     "pipeline": PIPELINE, "on_error": on_error, "timeout": "2s"}},
         "exporters": {"file": {"path": str(out), "format": "json", "flush_interval": "100ms"}},
         "service": {
             "pipelines": {"metrics": {"receivers": ["otlp"], "processors": ["gputally"], "exporters": ["file"]}},
             "telemetry": {"metrics": {"level": "detailed", "readers": [
-                {"pull": {"exporter": {"prometheus": {"host": "127.0.0.1", "port": telemetry}}}}]}},
+                {"pull": {"exporter": {"prometheus": {"host": "127.0.0.1", "port": ports["telemetry"]}}}}]}},
         },
     }
 
 
-def agent_otelcol(port: int, upstream: int) -> dict[str, Any]:
+def agent_otelcol(upstream: int) -> dict[str, Any]:
     """An agent in front: queue and retry, as a node's collector exports to a gateway."""
     return {
-        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{port}"}}}},
+        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}},
         "exporters": {"otlp": {
             "endpoint": f"127.0.0.1:{upstream}", "tls": {"insecure": True}, "timeout": "10s",
             "sending_queue": {"queue_size": 5000},
@@ -208,19 +211,18 @@ async def test_bridge_attributes_every_point_once_and_survives_a_killed_gputally
 async def _run(otelcol: Callable[..., Otelcol], scene: Placed, tmp_path: Path, on_error: str) -> None:
     token = tmp_path / "slurm-token"
     token.write_text(scene.slurm.token("root"))
-    bridge_port, front_port, telemetry_port = free_port(), free_port(), free_port()
+    gputally = GputallyProcess(gputally_config(scene, 0, token), tmp_path / "gputally").start()
+    bridge_port = gputally.port("grpc", "bridge")
     out = tmp_path / "backend.json"
-    collector = otelcol(bridge_otelcol(front_port, bridge_port, out, telemetry_port, on_error), wait_for=front_port,
-                        name="bridge-otelcol")
+    collector = otelcol(bridge_otelcol(bridge_port, out, on_error), name="bridge-otelcol")
     agent = None
-    send_port = front_port
+    send_port = front_port = collector.port("otlp")
     if on_error == "fail":
-        send_port = free_port()
-        agent = otelcol(agent_otelcol(send_port, front_port), wait_for=send_port, name="agent")
-    counters_url = f"http://127.0.0.1:{telemetry_port}/metrics"
-
+        agent = otelcol(agent_otelcol(front_port), name="agent")
+        send_port = agent.port("otlp")
+    counters_url = f"http://127.0.0.1:{collector.ports['telemetry']}/metrics"
+    # The restart comes back on the port the collector's processor calls.
     config = gputally_config(scene, bridge_port, token)
-    gputally = GputallyProcess(config, tmp_path / "gputally").start(bridge_port)
     requests = gpu_holders(scene)
     stream = Stream(requests)
     try:
@@ -229,8 +231,7 @@ async def _run(otelcol: Callable[..., Otelcol], scene: Placed, tmp_path: Path, o
             # The pod list syncs and the job's metadata is fetched in the background.
             await warm_up(export, requests[0], out, ("k8s.statefulset.name", "gputally.k8s.pods", "slurm.job.user"),
                           gputally.log_tail)
-            # Counted from here: the first warm-up call may meet the processor's connection
-            # before gputally listened (the collector started first), and be passed on.
+            # Counted from here: the warm-up's calls are not the stream's.
             failed_before = gputally_counter(counters_url, "calls", 'outcome="error"')
             passed_before = gputally_counter(counters_url, "passed_items")
             sender = asyncio.create_task(stream.run(export), name="bridge-test-stream")
@@ -240,8 +241,7 @@ async def _run(otelcol: Callable[..., Otelcol], scene: Placed, tmp_path: Path, o
             os.kill(gputally.proc.pid, signal.SIGKILL)
             await asyncio.to_thread(gputally.proc.wait)
             await asyncio.sleep(1.0)  # requests keep flowing while it is down
-            gputally = await asyncio.to_thread(GputallyProcess(config, tmp_path / "gputally", name="restarted").start,
-                                               bridge_port)
+            gputally = await asyncio.to_thread(GputallyProcess(config, tmp_path / "gputally", name="restarted").start)
             restarted_at = stream.count
             # On until a copy sent after the restart is back attributed to its pod and its job.
             await _attributed_again(out, stream, restarted_at, sender, gputally)

@@ -12,7 +12,6 @@ from typing import Any
 import grpc
 import pytest
 from harness.otelcol.collector import Otelcol
-from harness.processes import free_port
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
@@ -70,11 +69,11 @@ def sorted_attributes(request: ExportMetricsServiceRequest) -> bytes:
     return request.SerializeToString()
 
 
-def annotating_bridge(port: int) -> dict[str, Any]:
-    """gputally's bridge with a pipeline that only annotates resources: an insert, an upsert
-    of a key one resource holds, and a delete."""
+def annotating_bridge() -> dict[str, Any]:
+    """gputally's bridge (port 0) with a pipeline that only annotates resources: an insert,
+    an upsert of a key one resource holds, and a delete."""
     return {
-        "receivers": {"bridge": {"endpoint": f"127.0.0.1:{port}"}},
+        "receivers": {"bridge": {"endpoint": "127.0.0.1:0"}},
         "processors": {"attributes/annotate": {"actions": [
             {"key": "k8s.pod.name", "value": "trainer-0", "action": "insert", "context": "resource"},
             {"key": "k8s.cluster.name", "value": "prod", "action": "upsert", "context": "resource"},
@@ -98,11 +97,11 @@ async def test_patch_and_whole_batch_answers_come_out_of_otelcol_alike(
         return patch
 
     monkeypatch.setattr(Patches, "build", counted)  # a spy: every answer is still gputally's own
-    port, patch_port, whole_port = free_port(), free_port(), free_port()
-    async with serving(annotating_bridge(port)):
-        config = bridge_config(port, patch_port, otlp_sink.endpoint, on_error="fail")
-        add_pipeline(config, "whole", whole_port, accept_patch=False)
-        otelcol(config, wait_for=patch_port)
+    async with serving(annotating_bridge()) as port:
+        config = bridge_config(port, otlp_sink.endpoint, on_error="fail")
+        add_pipeline(config, "whole", accept_patch=False)
+        collector = otelcol(config)
+        patch_port, whole_port = collector.port("otlp"), collector.port("otlp/whole")
 
         batches = [node_request(node) for node in range(3)]
         delivered: dict[int, list[bytes]] = {}

@@ -20,7 +20,6 @@ from typing import Any
 
 import grpc
 from harness.otelcol.collector import Otelcol
-from harness.processes import free_port
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from support.otlp import OtlpSink
 
@@ -51,9 +50,9 @@ def request(namespace: str | None, host: str) -> ExportMetricsServiceRequest:
     return message
 
 
-def gputally_config(port: int) -> dict[str, Any]:
+def gputally_config() -> dict[str, Any]:
     return {
-        "receivers": {"bridge": {"endpoint": f"127.0.0.1:{port}"}},
+        "receivers": {"bridge": {"endpoint": "127.0.0.1:0"}},
         "processors": {"team": {"teams": {"ml-research": "vision"}, "default": "unowned"}},
         "exporters": {"debug": {}},
         "service": {"pipelines": {"metrics/bridge": {"receivers": ["bridge"], "processors": ["team"],
@@ -70,19 +69,19 @@ async def test_a_python_plugin_processor_runs_in_a_collector_through_the_bridge(
     # Only the temporary directory knows the plugin: this environment was not changed.
     assert "team" not in {e.name for e in entry_points(group="gputally.processors")}
 
-    bridge_port, front_port = free_port(), free_port()
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
-    gputally = GputallyProcess(gputally_config(bridge_port), tmp_path / "gputally", env=env).start(bridge_port)
+    gputally = GputallyProcess(gputally_config(), tmp_path / "gputally", env=env).start()
+    bridge_port = gputally.port("grpc", "bridge")
     try:
-        otelcol({
-            "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{front_port}"}}}},
+        collector = otelcol({
+            "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}},
             "processors": {"gputally": {"endpoint": f"127.0.0.1:{bridge_port}", "tls": {"insecure": True},
                                         "pipeline": "metrics/bridge", "on_error": "fail"}},
             "exporters": {"otlp": {"endpoint": otlp_sink.endpoint, "tls": {"insecure": True}}},
             "service": {"pipelines": {"metrics": {"receivers": ["otlp"], "processors": ["gputally"],
                                                   "exporters": ["otlp"]}}},
-        }, wait_for=front_port)
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{front_port}") as channel:
+        })
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{collector.port('otlp')}") as channel:
             export = channel.unary_unary(METRICS_EXPORT)
             for namespace, host in (("ml-research", "gpu-1"), ("notebooks", "gpu-2"), (None, "gpu-3")):
                 await export(request(namespace, host).SerializeToString(), timeout=10)

@@ -16,7 +16,6 @@ import pytest
 import trustme
 import yaml
 from harness.otelcol.collector import Otelcol, validate
-from harness.processes import free_port
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 from gputally.pipeline.config import validate as validate_gputally
@@ -36,9 +35,11 @@ def test_the_test_otelcol_lists_the_gputally_processor(otelcol_binary: Path) -> 
         "metrics": "Alpha", "logs": "Alpha", "traces": "Alpha"}
 
 
-def bridge_config(bridge_port: int, front_port: int, sink: str, **processor: Any) -> dict[str, Any]:
+def bridge_config(bridge_port: int, sink: str, **processor: Any) -> dict[str, Any]:
+    """An otelcol whose ``otlp`` receiver (port 0: ``collector.port()``) feeds its gputally
+    processor, which calls gputally's bridge on ``bridge_port``."""
     return {
-        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{front_port}"}}}},
+        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}},
         "processors": {"gputally": {"endpoint": f"127.0.0.1:{bridge_port}", "tls": {"insecure": True},
                                     "pipeline": "metrics/bridge", **processor}},
         "exporters": {"otlp": {"endpoint": sink, "tls": {"insecure": True}, "retry_on_failure": {"enabled": False}}},
@@ -49,11 +50,11 @@ def bridge_config(bridge_port: int, front_port: int, sink: str, **processor: Any
 
 def test_otelcol_validates_the_processor_config(otelcol_binary: Path, tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
-    good.write_text(yaml.safe_dump(bridge_config(free_port(), free_port(), "127.0.0.1:4317", on_error="fail")))
+    good.write_text(yaml.safe_dump(bridge_config(4320, "127.0.0.1:4317", on_error="fail")))
     result = validate(otelcol_binary, good)
     assert result.returncode == 0, result.stderr
 
-    bad_config = bridge_config(free_port(), free_port(), "127.0.0.1:4317", on_error="retry", timeout="0s")
+    bad_config = bridge_config(4320, "127.0.0.1:4317", on_error="retry", timeout="0s")
     del bad_config["processors"]["gputally"]["pipeline"]
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(bad_config))
@@ -64,10 +65,10 @@ def test_otelcol_validates_the_processor_config(otelcol_binary: Path, tmp_path: 
         assert message in result.stderr, result.stderr
 
 
-def gputally_bridge(port: int) -> dict[str, Any]:
-    """gputally's own bridge: one pipeline that names every resource's pod."""
+def gputally_bridge() -> dict[str, Any]:
+    """gputally's own bridge (on port 0): one pipeline that names every resource's pod."""
     return {
-        "receivers": {"bridge": {"endpoint": f"127.0.0.1:{port}"}},
+        "receivers": {"bridge": {"endpoint": "127.0.0.1:0"}},
         "processors": {"attributes/pod": {"actions": [
             {"key": "k8s.pod.name", "value": "trainer-0", "action": "insert", "context": "resource"}]}},
         "exporters": {"debug": {}},
@@ -78,12 +79,13 @@ def gputally_bridge(port: int) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def serving(config: dict[str, Any]) -> AsyncIterator[None]:
-    """gputally with ``config`` in a real ``Service``, in this test's event loop."""
+async def serving(config: dict[str, Any]) -> AsyncIterator[int]:
+    """gputally with ``config`` in a real ``Service``, in this test's event loop; the port its
+    bridge receiver got."""
     service = Service(validate_gputally(config, Registry.discover()))
     await service.start()
     try:
-        yield
+        yield int(service.receivers["bridge"].listening()["grpc"].rpartition(":")[2])
     finally:
         await service.shutdown()
 
@@ -91,15 +93,14 @@ async def serving(config: dict[str, Any]) -> AsyncIterator[None]:
 @pytest.fixture
 async def bridge() -> AsyncIterator[int]:
     """gputally's bridge receiver (:func:`gputally_bridge`), serving; its port."""
-    port = free_port()
-    async with serving(gputally_bridge(port)):
+    async with serving(gputally_bridge()) as port:
         yield port
 
 
-def add_pipeline(config: dict[str, Any], name: str, port: int, **processor: Any) -> None:
-    """A second pipeline in the otelcol ``config``: an OTLP receiver on ``port`` into its own
-    gputally processor, the first one's settings changed by ``processor``."""
-    config["receivers"][f"otlp/{name}"] = {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{port}"}}}
+def add_pipeline(config: dict[str, Any], name: str, **processor: Any) -> None:
+    """A second pipeline in the otelcol ``config``: an OTLP receiver ``otlp/NAME`` (port 0)
+    into its own gputally processor, the first one's settings changed by ``processor``."""
+    config["receivers"][f"otlp/{name}"] = {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}
     config["processors"][f"gputally/{name}"] = {**config["processors"]["gputally"], **processor}
     config["service"]["pipelines"][f"metrics/{name}"] = {
         "receivers": [f"otlp/{name}"], "processors": [f"gputally/{name}"], "exporters": ["otlp"]}
@@ -131,10 +132,10 @@ def metrics_request() -> ExportMetricsServiceRequest:
 async def test_otelcol_sends_batches_through_gputallys_bridge(
     otelcol: Callable[..., Otelcol], otlp_sink: OtlpSink, bridge: int,
 ) -> None:
-    front_port, unknown_port = free_port(), free_port()
-    config = bridge_config(bridge, front_port, otlp_sink.endpoint, on_error="fail")
-    add_pipeline(config, "unknown", unknown_port, pipeline="metrics/nope")  # gputally has no such pipeline
-    otelcol(config, wait_for=front_port)
+    config = bridge_config(bridge, otlp_sink.endpoint, on_error="fail")
+    add_pipeline(config, "unknown", pipeline="metrics/nope")  # gputally has no such pipeline
+    collector = otelcol(config)
+    front_port, unknown_port = collector.port("otlp"), collector.port("otlp/unknown")
 
     await export(front_port)
     assert await delivered_resource(otlp_sink) == {"host.name": "gpu-node-1", "k8s.pod.name": "trainer-0"}
@@ -157,11 +158,9 @@ async def test_a_processor_that_compresses_is_answered(
 ) -> None:
     """``compression: gzip``, which Collector users often copy from their exporters' settings:
     gputally's bridge inflates the batch and answers in the same call."""
-    front_port = free_port()
-    otelcol(bridge_config(bridge, front_port, otlp_sink.endpoint, on_error="fail", compression="gzip"),
-            wait_for=front_port)
+    collector = otelcol(bridge_config(bridge, otlp_sink.endpoint, on_error="fail", compression="gzip"))
 
-    await export(front_port)
+    await export(collector.port("otlp"))
     assert await delivered_resource(otlp_sink) == {"host.name": "gpu-node-1", "k8s.pod.name": "trainer-0"}
 
 
@@ -177,20 +176,19 @@ async def test_mutual_tls_and_a_bearer_token_between_the_two_sides(
     for who, cert in (("server", ca.issue_cert("localhost")), ("client", ca.issue_cert("otelcol@example.com"))):
         cert.cert_chain_pems[0].write_to_path(str(files[who]))
         cert.private_key_pem.write_to_path(str(files[f"{who}-key"]))
-    port = free_port()
-    gputally = gputally_bridge(port)
+    gputally = gputally_bridge()
     gputally["extensions"] = {"bearertokenauth": {"token": "s3cret"}}
     gputally["receivers"]["bridge"] |= {
-        "endpoint": f"localhost:{port}", "auth": {"authenticator": "bearertokenauth"},
+        "endpoint": "localhost:0", "auth": {"authenticator": "bearertokenauth"},
         "tls": {"cert_file": str(files["server"]), "key_file": str(files["server-key"]),
                 "client_ca_file": str(files["ca"])}}
-    async with serving(gputally):
-        front_port, wrong_port = free_port(), free_port()
+    async with serving(gputally) as port:
         tls = {"ca_file": str(files["ca"]), "cert_file": str(files["client"]), "key_file": str(files["client-key"])}
-        config = bridge_config(port, front_port, otlp_sink.endpoint, on_error="fail", endpoint=f"localhost:{port}",
+        config = bridge_config(port, otlp_sink.endpoint, on_error="fail", endpoint=f"localhost:{port}",
                                tls=tls, headers={"authorization": "Bearer s3cret"})
-        add_pipeline(config, "wrong", wrong_port, headers={"authorization": "Bearer guess"})
-        otelcol(config, wait_for=front_port)
+        add_pipeline(config, "wrong", headers={"authorization": "Bearer guess"})
+        collector = otelcol(config)
+        front_port, wrong_port = collector.port("otlp"), collector.port("otlp/wrong")
 
         await export(front_port)
         assert await delivered_resource(otlp_sink) == {"host.name": "gpu-node-1", "k8s.pod.name": "trainer-0"}

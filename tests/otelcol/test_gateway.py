@@ -25,7 +25,6 @@ from typing import Any
 import grpc
 from harness.kube.cluster import KubeCluster, create_node, create_pod, create_statefulset, set_pod_status
 from harness.otelcol.collector import Otelcol
-from harness.processes import free_port
 from harness.slurm.cluster import SlurmCluster
 
 from tests.processors.k8s.kubelet import Kubelet, kubelet_socket
@@ -79,28 +78,26 @@ async def run_gateway_shape(
     sent = request_points(requests)
     out = tmp_path / "backend.json"
 
-    backend_port = free_port()
     backend_config = file_backend(override(shipped("gateway", "otelcol.yaml"), {
-        "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{backend_port}",
-        "receivers.otlp.protocols.http.endpoint": f"127.0.0.1:{free_port()}",
+        "receivers.otlp.protocols.grpc.endpoint": "127.0.0.1:0",
+        "receivers.otlp.protocols.http.endpoint": "127.0.0.1:0",
     }), out, ["metrics", "logs"])
-    backend = otelcol(backend_config, wait_for=backend_port, name="backend")
+    backend = otelcol(backend_config, name="backend")
 
     token = tmp_path / "slurm-token"
     token.write_text(slurm.token("root"))
-    port = free_port()
     gateway = GputallyProcess(override(override(shipped("gateway", "gputally.yaml"), {
-        "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{port}",
-        "receivers.otlp.protocols.http.endpoint": f"127.0.0.1:{free_port()}",
+        "receivers.otlp.protocols.grpc.endpoint": "127.0.0.1:0",
+        "receivers.otlp.protocols.http.endpoint": "127.0.0.1:0",
         "processors.k8s.kubeconfig": str(kube.limited_kubeconfig),
         "processors.slurm.slurmrestd.token_file": str(token),
-        "service.telemetry.metrics.address": f"127.0.0.1:{free_port()}",
+        "service.telemetry.metrics.address": "127.0.0.1:0",
     }), changes or {}), tmp_path / "gateway", env={
         "SLURMRESTD_URL": slurm.restd_url,
         "SLURMRESTD_USER": "root",
-        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{backend_port}",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{backend.port('otlp')}",
     })
-    gateway.start(port)
+    port = gateway.start().port("grpc")
     times = {key[3] for key in sent}
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:

@@ -32,7 +32,7 @@ import grpc
 import pytest
 from aiohttp import web
 from harness.otelcol.collector import Otelcol
-from harness.processes import free_port
+from harness.processes import Ports, start_on_ports
 from harness.slurm.cluster import SlurmCluster
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
@@ -71,7 +71,8 @@ def dcgm_exposition(node: str, minors: tuple[int, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
-async def serve_dcgm(port: int, body: str) -> web.AppRunner:
+async def serve_dcgm(body: str) -> tuple[web.AppRunner, int]:
+    """A stand-in dcgm-exporter serving ``body`` at /metrics on port 0; it and its port."""
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(text=body, content_type="text/plain")
 
@@ -79,8 +80,8 @@ async def serve_dcgm(port: int, body: str) -> web.AppRunner:
     app.router.add_get("/metrics", metrics)
     runner = web.AppRunner(app)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, runner.addresses[0][1]
 
 
 def app_request() -> ExportMetricsServiceRequest:
@@ -110,39 +111,52 @@ async def test_collector_sends_dcgm_metrics_through_gputally_and_back_attributed
         cluster.run(["scancel", str(job)], check=False)
 
 
-def stage_configs(variant: str, ports: dict[str, int], telemetry_port: int, cluster: SlurmCluster,
-                  out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The variant's shipped otelcol.yaml (its backend a file) and gputally.yaml, addresses changed."""
-    telemetry = {"level": "detailed", "readers": [
-        {"pull": {"exporter": {"prometheus": {"host": "127.0.0.1", "port": telemetry_port}}}}]}
+def telemetry(ports: Ports) -> dict[str, Any]:
+    """The collector's own metrics, read by the test: on a picked port (it cannot take 0)."""
+    return {"level": "detailed", "readers": [
+        {"pull": {"exporter": {"prometheus": {"host": "127.0.0.1", "port": ports["telemetry"]}}}}]}
+
+
+def stage_config(variant: str, cluster: SlurmCluster, return_port: int) -> dict[str, Any]:
+    """The variant's shipped gputally.yaml, listening on port 0; the loopback's exporter sends
+    to the collector's ``return_port``."""
     slurm = {
         "processors.slurm.cli": {"slurm_conf": str(cluster.slurm_conf)},
         "processors.slurm.gres": {"conf": str(cluster.gres_conf)},
         "processors.slurm.cache": {"refresh_interval": "1s"},
-        "service.telemetry.metrics.address": f"127.0.0.1:{free_port()}",
-    }
-    front = {
-        "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{ports['front']}",
-        "receivers.otlp.protocols.http.endpoint": f"127.0.0.1:{free_port()}",
-        "service.telemetry.metrics": telemetry,
+        "service.telemetry.metrics.address": "127.0.0.1:0",
     }
     if variant == "bridge":
-        collector = override(shipped("pipeline-stage", "otelcol.yaml"), {
-            **front, "processors.gputally.endpoint": f"127.0.0.1:{ports['stage']}"})
-        stage = override(shipped("pipeline-stage", "gputally.yaml"), {
-            **slurm, "receivers.bridge.endpoint": f"127.0.0.1:{ports['stage']}"})
-        return file_backend(collector, out, ["metrics", "traces", "logs"]), stage
-    collector = override(shipped("pipeline-stage", "loopback/otelcol.yaml"), {
-        **front,
-        "receivers.otlp/gputally.protocols.grpc.endpoint": f"127.0.0.1:{ports['return']}",
-        "exporters.otlp/gputally.endpoint": f"127.0.0.1:{ports['stage']}",
-    })
-    stage = override(shipped("pipeline-stage", "loopback/gputally.yaml"), {
+        return override(shipped("pipeline-stage", "gputally.yaml"), {
+            **slurm, "receivers.bridge.endpoint": "127.0.0.1:0"})
+    return override(shipped("pipeline-stage", "loopback/gputally.yaml"), {
         **slurm,
-        "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{ports['stage']}",
-        "exporters.otlp.endpoint": f"127.0.0.1:{ports['return']}",
+        "receivers.otlp.protocols.grpc.endpoint": "127.0.0.1:0",
+        "exporters.otlp.endpoint": f"127.0.0.1:{return_port}",
     })
-    return file_backend(collector, out, ["metrics", "traces", "logs", "metrics/gpu-attributed"]), stage
+
+
+def collector_config(variant: str, stage_port: int, ports: Ports, out: Path, dcgm_port: int) -> dict[str, Any]:
+    """The variant's shipped otelcol.yaml (its backend a file), its receivers on port 0 but
+    the loopback's otlp/gputally (gputally is told it first), scraping ``dcgm_port``."""
+    front = {
+        "receivers.otlp.protocols.grpc.endpoint": "127.0.0.1:0",
+        "receivers.otlp.protocols.http.endpoint": "127.0.0.1:0",
+        "service.telemetry.metrics": telemetry(ports),
+    }
+    if variant == "bridge":
+        collector = file_backend(override(shipped("pipeline-stage", "otelcol.yaml"), {
+            **front, "processors.gputally.endpoint": f"127.0.0.1:{stage_port}"}), out, ["metrics", "traces", "logs"])
+    else:
+        collector = file_backend(override(shipped("pipeline-stage", "loopback/otelcol.yaml"), {
+            **front,
+            "receivers.otlp/gputally.protocols.grpc.endpoint": f"127.0.0.1:{ports['return']}",
+            "exporters.otlp/gputally.endpoint": f"127.0.0.1:{stage_port}",
+        }), out, ["metrics", "traces", "logs", "metrics/gpu-attributed"])
+    (scrape,) = collector["receivers"]["prometheus/dcgm"]["config"]["scrape_configs"]
+    scrape.update(scrape_interval="500ms", scrape_timeout="400ms",
+                  static_configs=[{"targets": [f"127.0.0.1:{dcgm_port}"]}])
+    return collector
 
 
 async def _run_stage(otelcol: Callable[..., Otelcol], cluster: SlurmCluster, job: int, gres_index: int,
@@ -152,19 +166,30 @@ async def _run_stage(otelcol: Callable[..., Otelcol], cluster: SlurmCluster, job
     job_minor = cluster.gpu_minors[gres_index]
     job_uuid = UUIDS[minors.index(job_minor)]
 
-    dcgm_port, telemetry_port = free_port(), free_port()
-    ports = {"front": free_port(), "stage": free_port(), "return": free_port()}
-    dcgm = await serve_dcgm(dcgm_port, dcgm_exposition(cluster.node, minors))
+    dcgm, dcgm_port = await serve_dcgm(dcgm_exposition(cluster.node, minors))
     out = tmp_path / "backend.json"
-    config, stage_config = stage_configs(variant, ports, telemetry_port, cluster, out)
-    (scrape,) = config["receivers"]["prometheus/dcgm"]["config"]["scrape_configs"]
-    scrape.update(scrape_interval="500ms", scrape_timeout="400ms",
-                  static_configs=[{"targets": [f"127.0.0.1:{dcgm_port}"]}])
-    # gputally first: the bridge variant's first scrape must find it (on_error: pass would
-    # send that batch on unattributed), and the loopback's exporter retries until the collector listens.
-    stage = GputallyProcess(stage_config, tmp_path / "gputally", env=cluster.env())
-    stage.start(ports["stage"])
-    counters_url = f"http://127.0.0.1:{telemetry_port}/metrics"
+    stages: list[GputallyProcess] = []
+
+    def start(ports: Ports) -> Otelcol:
+        """gputally first: the bridge variant's first scrape must find it (on_error: pass
+        would send that batch on unattributed), and the loopback's exporter retries until the
+        collector listens; the loopback's gputally is told the collector's return port, so
+        both start again when another process took it (or the telemetry's)."""
+        stage = GputallyProcess(stage_config(variant, cluster, ports["return"]), tmp_path / "gputally",
+                                env=cluster.env()).start()
+        stages[:] = [stage]
+        receiver = "bridge" if variant == "bridge" else "otlp"
+        config = collector_config(variant, stage.port("grpc", receiver), ports, out, dcgm_port)
+        try:
+            return otelcol(lambda _: config, name="collector", ports=ports)
+        except BaseException:  # PortTaken (started again), or the test fails
+            stage.stop()
+            raise
+
+    collector = start_on_ports(start, what="the pipeline-stage collector and gputally")
+    (stage,) = stages
+    front_port = collector.port("otlp")
+    counters_url = f"http://127.0.0.1:{collector.ports['telemetry']}/metrics"
 
     def accepted(receiver: str) -> int:
         key = f'otelcol_receiver_accepted_metric_points{{receiver="{receiver}",'
@@ -174,10 +199,8 @@ async def _run_stage(otelcol: Callable[..., Otelcol], cluster: SlurmCluster, job
         found = prometheus_counters(counters_url, "otelcol_processor_gputally_calls")
         return sum(v for k, v in found.items() if f'outcome="{outcome}"' in k)
 
-    collector: Otelcol | None = None
     try:
-        collector = otelcol(config, wait_for=ports["front"], name="collector")
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['front']}") as channel:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{front_port}") as channel:
             await channel.unary_unary(METRICS_EXPORT)(app_request().SerializeToString(), timeout=5)
         await wait_until(lambda: any(a.get("slurm.job.id") == str(job) for a, _ in file_resources(out)),
                          f"the job's GPU attributed\n{stage.log_tail()}", timeout=30)
@@ -193,9 +216,9 @@ async def _run_stage(otelcol: Callable[..., Otelcol], cluster: SlurmCluster, job
     finally:
         # The collector first, as its pod goes: a scrape still in it reaches a gputally that
         # is still there (on_error: pass would send it on unattributed).
-        stopped = None if collector is None else await asyncio.to_thread(collector.stop)
+        stopped = await asyncio.to_thread(collector.stop)
         assert await asyncio.to_thread(stage.stop) == 0, stage.log_tail()
-    assert collector is not None and stopped == 0, collector.log_tail()
+    assert stopped == 0, collector.log_tail()
 
     # Counted while it ran: scrapes after that (up=0 now) came later, so at least as many.
     assert _gpu_stage_points(out) >= scraped
@@ -247,38 +270,42 @@ async def test_gputally_in_the_collectors_pod_over_a_unix_socket(otelcol: Callab
     shared.mkdir()
     socket = shared / "bridge.sock"
     endpoint = f"unix://{socket}"
-    admin, front, telemetry, dcgm_port = free_port(), free_port(), free_port(), free_port()
     stage = GputallyProcess(override(shipped("pipeline-stage", "gputally.yaml"), {
         "receivers.bridge.endpoint": endpoint,
         "processors.slurm": None,
         "service.pipelines.metrics/bridge.processors": ["memory_limiter", "dcgm"],
-        "service.telemetry.metrics.address": f"127.0.0.1:{admin}",
+        "service.telemetry.metrics.address": "127.0.0.1:0",
     }), tmp_path / "gputally")
-    stage.start(admin)
+    stage.start()
     out = tmp_path / "backend.json"
-    dcgm = await serve_dcgm(dcgm_port, dcgm_exposition("gpu-node-1", (0, 1)))
+    dcgm, dcgm_port = await serve_dcgm(dcgm_exposition("gpu-node-1", (0, 1)))
     collector: Otelcol | None = None
     try:
         await wait_until(socket.exists, f"the bridge's socket\n{stage.log_tail()}", timeout=10)
         # Owner and group may connect: the collector's container through the pod's fsGroup.
         assert stat.S_IMODE(socket.stat().st_mode) == 0o660
-        config = file_backend(override(shipped("pipeline-stage", "otelcol.yaml"), {
-            "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{front}",
-            "receivers.otlp.protocols.http.endpoint": f"127.0.0.1:{free_port()}",
-            "processors.gputally.endpoint": endpoint,
-            "service.telemetry.metrics": {"level": "detailed", "readers": [
-                {"pull": {"exporter": {"prometheus": {"host": "127.0.0.1", "port": telemetry}}}}]},
-        }), out, ["metrics", "traces", "logs"])
-        (scrape,) = config["receivers"]["prometheus/dcgm"]["config"]["scrape_configs"]
-        scrape.update(scrape_interval="500ms", scrape_timeout="400ms",
-                      static_configs=[{"targets": [f"127.0.0.1:{dcgm_port}"]}])
-        collector = otelcol(config, wait_for=front, name="collector")
+
+        def config(ports: Ports) -> dict[str, Any]:
+            found = file_backend(override(shipped("pipeline-stage", "otelcol.yaml"), {
+                "receivers.otlp.protocols.grpc.endpoint": "127.0.0.1:0",
+                "receivers.otlp.protocols.http.endpoint": "127.0.0.1:0",
+                "processors.gputally.endpoint": endpoint,
+                "service.telemetry.metrics": telemetry(ports),
+            }), out, ["metrics", "traces", "logs"])
+            (scrape,) = found["receivers"]["prometheus/dcgm"]["config"]["scrape_configs"]
+            scrape.update(scrape_interval="500ms", scrape_timeout="400ms",
+                          static_configs=[{"targets": [f"127.0.0.1:{dcgm_port}"]}])
+            return found
+
+        collector = otelcol(config, name="collector")
+        front = collector.port("otlp")
         async with grpc.aio.insecure_channel(f"127.0.0.1:{front}") as channel:
             await channel.unary_unary(METRICS_EXPORT)(app_request().SerializeToString(), timeout=5)
         await wait_until(lambda: len({a.get("hw.id") for a, _ in file_resources(out)} - {None}) == len(UUIDS)
                          and any(a.get("service.name") == "checkout" for a, _ in file_resources(out)),
                          "both GPUs and the application's metric at the backend", timeout=20)
-        calls = prometheus_counters(f"http://127.0.0.1:{telemetry}/metrics", "otelcol_processor_gputally_calls")
+        calls = prometheus_counters(f"http://127.0.0.1:{collector.ports['telemetry']}/metrics",
+                                    "otelcol_processor_gputally_calls")
         assert sum(v for k, v in calls.items() if 'outcome="ok"' in k) > 0, calls
         assert not sum(v for k, v in calls.items() if 'outcome="error"' in k), calls
     finally:

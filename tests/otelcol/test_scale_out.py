@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 from harness.kube.cluster import KubeCluster
 from harness.otelcol.collector import Otelcol
-from harness.processes import free_port
+from harness.processes import Ports, start_on_ports
 
 from tests.otelcol.shapes import (
     METRICS_EXPORT,
@@ -57,35 +57,44 @@ async def test_two_replicas_share_the_load_and_one_can_go_away(
     rounds = [[retimed(cycles[r % 3], r * ROUND_NS) for cycles in per_node] for r in range(ROUNDS)]
 
     out = tmp_path / "backend.json"
-    front_port, return_port, telemetry_port = free_port(), free_port(), free_port()
-    replica_ports = [free_port(), free_port()]
-    front_config = file_backend(override(shipped("scale-out", "otelcol.yaml"), {
-        "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{front_port}",
-        "receivers.otlp/gputally.protocols.grpc.endpoint": f"127.0.0.1:{return_port}",
-        # No DNS here: the replicas by address.
-        "exporters.loadbalancing.resolver": {"static": {"hostnames": [f"127.0.0.1:{p}" for p in replica_ports]}},
-        "exporters.loadbalancing.retry_on_failure": {
-            "initial_interval": "100ms", "max_interval": "500ms", "max_elapsed_time": "3s",
-        },
-        "service.telemetry.metrics": {"level": "detailed", "readers": [
-            {"pull": {"exporter": {"prometheus": {"host": "127.0.0.1", "port": telemetry_port}}}},
-        ]},
-    }), out, ["metrics/attributed", "logs"])
-    front = otelcol(front_config, wait_for=front_port, name="front")
+    replicas: list[GputallyProcess] = []
 
-    replicas = [
-        GputallyProcess(override(shipped("scale-out", "gputally.yaml"), {
-            "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{port}",
-            "processors.k8s.kubeconfig": str(kube_cluster.limited_kubeconfig),
-            "service.telemetry.metrics.address": f"127.0.0.1:{free_port()}",
-            "service.shutdown_timeout": "10s",
-        }), tmp_path / f"replica-{n}", name=f"replica-{n}", env={
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{return_port}",
-        })
-        for n, port in enumerate(replica_ports)
-    ]
-    for replica, port in zip(replicas, replica_ports):
-        replica.start(port)
+    def start(ports: Ports) -> Otelcol:
+        """The replicas on port 0, then the collector, which must be told their ports; they
+        export to its otlp/gputally receiver, so they must be told its port first: picked,
+        and all of them started again when another process took it (or the telemetry's)."""
+        replicas.clear()
+        try:
+            for n in range(2):
+                replicas.append(GputallyProcess(override(shipped("scale-out", "gputally.yaml"), {
+                    "receivers.otlp.protocols.grpc.endpoint": "127.0.0.1:0",
+                    "processors.k8s.kubeconfig": str(kube_cluster.limited_kubeconfig),
+                    "service.telemetry.metrics.address": "127.0.0.1:0",
+                    "service.shutdown_timeout": "10s",
+                }), tmp_path / f"replica-{n}", name=f"replica-{n}", env={
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{ports['return']}",
+                }).start())
+            front_config = file_backend(override(shipped("scale-out", "otelcol.yaml"), {
+                "receivers.otlp.protocols.grpc.endpoint": "127.0.0.1:0",
+                "receivers.otlp/gputally.protocols.grpc.endpoint": f"127.0.0.1:{ports['return']}",
+                # No DNS here: the replicas by address.
+                "exporters.loadbalancing.resolver": {"static": {"hostnames": [
+                    f"127.0.0.1:{replica.port('grpc')}" for replica in replicas]}},
+                "exporters.loadbalancing.retry_on_failure": {
+                    "initial_interval": "100ms", "max_interval": "500ms", "max_elapsed_time": "3s",
+                },
+                "service.telemetry.metrics": {"level": "detailed", "readers": [
+                    {"pull": {"exporter": {"prometheus": {"host": "127.0.0.1", "port": ports["telemetry"]}}}},
+                ]},
+            }), out, ["metrics/attributed", "logs"])
+            return otelcol(lambda _: front_config, name="front", ports=ports)
+        except BaseException:  # PortTaken (started again), or the test fails
+            for replica in replicas:
+                replica.stop()
+            raise
+
+    front = start_on_ports(start, what="the scale-out collector and its replicas")
+    front_port, telemetry_port = front.port("otlp"), front.ports["telemetry"]
     stopped = replicas[1]
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{front_port}") as channel:

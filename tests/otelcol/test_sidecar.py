@@ -20,7 +20,6 @@ from typing import Any
 import grpc
 from harness.kube.cluster import KubeCluster, create_node, create_pod, create_statefulset, set_pod_status
 from harness.otelcol.collector import Otelcol
-from harness.processes import free_port
 
 from tests.processors.k8s.test_podresources import Kubelet, serve
 from tests.otelcol.shapes import (
@@ -66,25 +65,23 @@ async def test_sidecar_attributes_the_gpu_and_its_processes_on_the_node(
     sent = request_points(requests)
     times = {key[3] for key in sent}
     out = tmp_path / "backend.json"
-    backend_port = free_port()
     backend = otelcol(file_backend(override(shipped("gateway", "otelcol.yaml"), {
-        "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{backend_port}",
-        "receivers.otlp.protocols.http.endpoint": f"127.0.0.1:{free_port()}",
-    }), out, ["metrics", "logs"]), wait_for=backend_port, name="cluster-otelcol")
+        "receivers.otlp.protocols.grpc.endpoint": "127.0.0.1:0",
+        "receivers.otlp.protocols.http.endpoint": "127.0.0.1:0",
+    }), out, ["metrics", "logs"]), name="cluster-otelcol")
 
-    port = free_port()
     sidecar = GputallyProcess(override(shipped("sidecar", "gputally.yaml"), {
-        "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{port}",
+        "receivers.otlp.protocols.grpc.endpoint": "127.0.0.1:0",
         "processors.k8s.kubeconfig": str(kube_cluster.limited_kubeconfig),
         "processors.k8s.proc_root": None,  # no host /proc here: the probe's cgroup hints are used
         "processors.k8s.pod_resources.socket": str(socket),
         "processors.k8s.pod_resources.refresh_interval": "200ms",
-        "service.telemetry.metrics.address": f"127.0.0.1:{free_port()}",
+        "service.telemetry.metrics.address": "127.0.0.1:0",
     }), tmp_path / "sidecar", env={
         "K8S_NODE_NAME": node,
-        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{backend_port}",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{backend.port('otlp')}",
     })
-    sidecar.start(port)
+    port = sidecar.start().port("grpc")
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             export = channel.unary_unary(METRICS_EXPORT)

@@ -26,7 +26,8 @@ from typing import Any
 import grpc
 import grpc.aio
 import yaml
-from harness.processes import free_port, terminate, wait_for_port
+from harness.processes import terminate, unused_port
+from harness.serve import wait_listening
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from support.otlp import OtlpSink
 
@@ -68,26 +69,28 @@ def point_ids(raw: bytes) -> list[int]:
 
 
 class Server:
-    """``gputally serve`` as a subprocess that the test kills with SIGKILL and starts again."""
+    """``gputally serve`` as a subprocess that the test kills with SIGKILL and starts again;
+    each start listens on a port of its own (port 0)."""
 
-    def __init__(self, config: dict[str, Any], workdir: Path, port: int) -> None:
+    def __init__(self, config: dict[str, Any], workdir: Path) -> None:
         self.config_path = workdir / "gputally.yaml"
         self.config_path.write_text(yaml.safe_dump(config))
         self.log_path = workdir / "gputally.log"
-        self.port = port
+        self.port = 0
+        """The last start's port."""
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
     def start(self) -> None:
         executable = Path(sys.executable).with_name("gputally")
+        since = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [str(executable), "serve", "--config", str(self.config_path)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )
         self.starts += 1
-        failure = wait_for_port(self.proc, "127.0.0.1", self.port, 30.0)
-        assert failure is None, f"gputally {failure}:\n{self.log_tail()}"
+        self.port = wait_listening(self.proc, self.log_path, 30.0, since=since).port("grpc")
 
     def kill(self) -> None:
         assert self.proc is not None
@@ -102,10 +105,10 @@ class Server:
         return "\n".join(text.splitlines()[-lines:])
 
 
-def config(port: int, sink_port: int, storage: Path) -> dict[str, Any]:
+def config(sink_port: int, storage: Path) -> dict[str, Any]:
     return {
         "extensions": {"file_storage": {"directory": str(storage)}},
-        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{port}"}}}},
+        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}},
         "processors": {"batch": {"send_batch_size": 2000, "timeout": "200ms", "send_batch_max_size": 2000}},
         "exporters": {
             "otlp": {
@@ -120,7 +123,8 @@ def config(port: int, sink_port: int, storage: Path) -> dict[str, Any]:
         "service": {
             "extensions": ["file_storage"],
             "pipelines": {"metrics": {"receivers": ["otlp"], "processors": ["batch"], "exporters": ["otlp"]}},
-            "telemetry": {"metrics": {"address": None}, "logs": {"level": "warn"}},
+            # info: the receiver's line says which port each start got
+            "telemetry": {"metrics": {"address": None}, "logs": {"level": "info"}},
             "shutdown_timeout": "2s",
         },
     }
@@ -149,8 +153,8 @@ async def run_senders(port: int, pending: list[int], acked: set[int], stop: asyn
 async def test_kill_9_never_loses_an_acknowledged_point(tmp_path: Path) -> None:
     seed = int(os.environ.get("GPUTALLY_CRASH_SEED", "1313"))
     rng = random.Random(seed)
-    port, sink_port = free_port(), free_port()
-    server = Server(config(port, sink_port, tmp_path / "queue"), tmp_path, port)
+    sink_port = unused_port()  # down, up, down...: held while the sink is down
+    server = Server(config(sink_port, tmp_path / "queue"), tmp_path)
     sink = OtlpSink(sink_port)
     sink_up = False
     earlier: list[bytes] = []  # what sinks stopped in earlier phases received
@@ -172,7 +176,7 @@ async def test_kill_9_never_loses_an_acknowledged_point(tmp_path: Path) -> None:
                 sink_up = False
             server.start()
             stop = asyncio.Event()
-            senders = asyncio.create_task(run_senders(port, pending, acked, stop))
+            senders = asyncio.create_task(run_senders(server.port, pending, acked, stop))
             deadline = time.monotonic() + DEADLINE_S
             while len(acked) < kill_after[phase] and time.monotonic() < deadline:
                 await asyncio.sleep(0.005)
@@ -184,7 +188,7 @@ async def test_kill_9_never_loses_an_acknowledged_point(tmp_path: Path) -> None:
         # The rest of the stream, then the backend comes back for good.
         server.start()
         stop = asyncio.Event()
-        await asyncio.wait_for(run_senders(port, pending, acked, stop), DEADLINE_S)
+        await asyncio.wait_for(run_senders(server.port, pending, acked, stop), DEADLINE_S)
         if not sink_up:
             await sink.start()
             sink_up = True

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from harness.processes import free_port
+from harness.processes import unused_port
 from support.otlp import OtlpSink
 
 from gputally.cli.main import build_parser
@@ -25,7 +25,7 @@ LOGS = "opentelemetry.proto.collector.logs.v1.LogsService"
 FAST_RETRY = {"retry_on_failure": {"initial_interval": "50ms", "max_interval": "200ms", "max_elapsed_time": "0"}}
 
 
-def gateway(sink: OtlpSink, listen: str, listen_http: str = "127.0.0.1:0") -> Service:
+def gateway(sink: OtlpSink, listen: str, listen_http: str = "127.0.0.1:0", *, reuse_port: bool = False) -> Service:
     text = yaml.safe_dump({
         "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": listen}, "http": {"endpoint": listen_http}}}},
         "exporters": {"otlp": {"endpoint": sink.endpoint, "tls": {"insecure": True}, **FAST_RETRY}},
@@ -38,7 +38,7 @@ def gateway(sink: OtlpSink, listen: str, listen_http: str = "127.0.0.1:0") -> Se
             "shutdown_timeout": "2s",
         },
     })
-    return Service(load_config(text))
+    return Service(load_config(text), reuse_port=reuse_port)
 
 
 def probe(
@@ -110,7 +110,7 @@ async def test_one_collection_reaches_the_backend_through_serve(otlp_sink: OtlpS
 
 
 async def test_a_gateway_restart_loses_nothing(otlp_sink: OtlpSink) -> None:
-    port = free_port()
+    port = unused_port()  # the gateway is down, then comes up there
     times: list[int] = []
 
     def seen(cycle: Any) -> None:
@@ -121,7 +121,7 @@ async def test_a_gateway_restart_loses_nothing(otlp_sink: OtlpSink) -> None:
     runner = probe(f"127.0.0.1:{port}", ProbeOptions(interval_s=0.1), on_cycle=seen)
     task = asyncio.create_task(runner.run())
     await asyncio.sleep(0.35)  # three cycles while the gateway is down
-    service = gateway(otlp_sink, f"127.0.0.1:{port}")
+    service = gateway(otlp_sink, f"127.0.0.1:{port}", reuse_port=True)  # beside the hold, as --workers binds
     await service.start()
     try:
         assert await asyncio.wait_for(task, timeout=20) == 0
@@ -156,7 +156,7 @@ async def test_a_persistent_queue_keeps_collections_across_a_probe_restart(
         if len(times) == 3:
             first.stop()
 
-    first = probe(f"127.0.0.1:{free_port()}", ProbeOptions(interval_s=0.05), on_cycle=seen, queue_dir=tmp_path)
+    first = probe(f"127.0.0.1:{unused_port()}", ProbeOptions(interval_s=0.05), on_cycle=seen, queue_dir=tmp_path)
     assert await asyncio.wait_for(first.run(), timeout=20) == 0  # the gateway was never there
     assert [p for p in tmp_path.rglob("*") if p.is_file()]
     service = gateway(otlp_sink, "127.0.0.1:0")

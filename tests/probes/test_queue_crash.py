@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from harness.processes import free_port, terminate
+from harness.processes import terminate, unused_port
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from support.otlp import OtlpSink
 
@@ -55,7 +55,7 @@ def accepted(log: Path) -> Counter[int]:
 async def test_kill_9_never_loses_what_the_probe_queue_accepted(tmp_path: Path) -> None:
     seed = int(os.environ.get("GPUTALLY_CRASH_SEED", "1313"))
     rng = random.Random(seed)
-    sink_port = free_port()
+    sink_port = unused_port()  # down, up, down...: held while the sink is down
     log = tmp_path / "accepted.log"
     command = [
         sys.executable, str(LAUNCHER), "probe", "nvml", "--replay", str(TWO_WORKLOADS), "--interval", "50ms",

@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 import trustme
 from aiohttp import web
-from harness.processes import free_port
+from harness.processes import unused_port
 from harness.prometheus.server import Prometheus
 
 from gputally.report.timerange import format_time
@@ -38,7 +38,8 @@ class Proxy:
     def __init__(self, upstream: str, context: ssl.SSLContext) -> None:
         self.upstream = upstream
         self.context = context
-        self.port = free_port()
+        self.port = 0
+        """Bound when started."""
         self.headers: list[Any] = []
         """Each request's headers (case-insensitive: urllib sends X-scope-orgid)."""
         self.loop = asyncio.new_event_loop()
@@ -67,7 +68,8 @@ class Proxy:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self.runner = web.AppRunner(app)
         await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", self.port, ssl_context=self.context).start()
+        await web.TCPSite(self.runner, "127.0.0.1", 0, ssl_context=self.context).start()
+        self.port = self.runner.addresses[0][1]
 
     async def _stop(self) -> None:
         await self.runner.cleanup()
@@ -115,7 +117,7 @@ def rows(result: Any) -> dict[str, Any]:
 
 
 def test_unreachable_prometheus_from_a_real_process() -> None:
-    port = free_port()
+    port = unused_port()
     proc = subprocess.run([sys.executable, "-m", "gputally.cli", "report", "--prometheus", f"http://127.0.0.1:{port}"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 1 and proc.stdout == ""

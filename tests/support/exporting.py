@@ -26,7 +26,7 @@ from aiohttp import web
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
-from harness.processes import free_port as harness_free_port
+from harness import processes
 from multidict import CIMultiDict
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
@@ -217,7 +217,8 @@ class HttpSink(_Sink):
         app.router.add_post("/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", port, ssl_context=self.ssl_context)
+        # A port given is a down backend's coming up (`processes.unused_port`, held with SO_REUSEPORT).
+        site = web.TCPSite(self._runner, "127.0.0.1", port, ssl_context=self.ssl_context, reuse_port=bool(port))
         await site.start()
         self.port = port or site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         return self
@@ -325,9 +326,11 @@ def entries() -> Callable[[Signal, bytes], list[bytes]]:
 
 
 @pytest.fixture
-def free_port() -> int:
-    """A loopback port with nothing listening (a backend that is down)."""
-    return harness_free_port()
+def unused_port() -> int:
+    """A loopback port with nothing listening (a backend that is down), held so that nothing
+    else can listen there; a sink started on it later (``port=``) comes up there
+    (`harness.processes.unused_port`)."""
+    return processes.unused_port()
 
 
 @pytest.fixture(scope="session")

@@ -4,9 +4,14 @@ An `EngineServer` owns one `PodCgroup` for its whole life: `start` launches the 
 ``enter_cgroup.sh`` (which moves itself into the cgroup and execs the engine, so every process
 the engine forks is inside too), `restart` stops every process in the cgroup and starts the
 engine again in the same one (an engine restart in the same container, as after a crash),
-`stop` ends it, and `close` also removes the cgroup. vLLM cannot listen on port 0 (it reads the
-port back from its argument), so each start picks a free port and tries again with another
-when the engine exits on a bind conflict.
+`stop` ends it, and `close` also removes the cgroup. llama-server listens on port 0 and logs
+the port it got (``listening on http://127.0.0.1:41235``), which a start reads back; started
+with ``--reuse-port`` it binds with SO_REUSEPORT, so the test holds that port beside it
+(`harness.processes.hold_port`) and a restart comes back on it, which no one else can take
+meanwhile. vLLM cannot say which port it got from port 0 (it logs the port argument, and
+uvicorn says nothing of the socket vLLM hands it), so each start picks a port and tries again
+with another when vLLM exits on a bind conflict (`harness.processes.start_on_ports`); a
+restart asks for the port it had, which is free for the moment of the restart.
 
 Only one vLLM runs at a time on the whole machine (about 4.5 GB resident): `VllmServer.start`
 waits for a machine-wide lock (``/tmp/gputally-vllm.lock``), held until `stop`.
@@ -18,6 +23,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -28,7 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.engines.cgroups import PodCgroup
-from harness.processes import free_port
+from harness.processes import PortTaken, hold_port, start_on_ports
 
 __all__ = ["ENTER_CGROUP", "EngineError", "EngineServer", "LlamaCppServer", "VllmServer"]
 
@@ -68,6 +74,11 @@ class EngineServer:
     kind = "engine"
     start_timeout = 60.0
     stop_grace = 30.0
+    listening: re.Pattern[str] | None = None
+    """The log line that says which port the engine got when started on port 0 (group
+    ``port``); None for an engine that cannot say, started on picked ports instead."""
+    reuses_port = False
+    """Whether the engine binds with SO_REUSEPORT: then the test holds its port beside it."""
 
     def __init__(self, workdir: Path, *, model_name: str = "tiny", cgroup: PodCgroup | None = None) -> None:
         self.workdir = workdir
@@ -110,30 +121,47 @@ class EngineServer:
             raise EngineError(f"{self.kind} is not running")
         return self._proc.pid
 
-    def start(self, *, port: int | None = None, attempts: int = 3) -> None:
+    def start(self, *, port: int | None = None) -> None:
         """Start the engine in the cgroup and wait until it answers: on ``port`` if given and
-        free, else on a free one; another port when it loses a bind race."""
+        still free (a restart), else on port 0 where the engine says which port it got, else
+        on a picked port, and another one when it loses a bind race."""
         began = time.monotonic()
-        for attempt in range(attempts):
-            chosen = port if (port and attempt == 0) else free_port()
-            why = self._start_once(chosen)
-            if why is None:
-                self.port = chosen
-                self.starts += 1
-                self.start_seconds = time.monotonic() - began
-                return
-            self._kill()
-            if not any(text in self.log_tail().lower() for text in _BIND_CONFLICT):
-                raise EngineError(f"{self.kind} {why}; log {self.log_path}:\n{self.log_tail()}")
-        raise EngineError(f"{self.kind} found no free port in {attempts} tries; log:\n{self.log_tail()}")
+        started = False
+        if port:
+            with contextlib.suppress(PortTaken):
+                self._start_on(port)
+                started = True
+        if not started and self.listening is not None:
+            self._start_on(0)
+        elif not started:
+            start_on_ports(lambda ports: self._start_on(ports["http"]), what=self.kind)
+        if self.reuses_port:
+            hold_port(self.port)  # beside the engine: its restart comes back on the port, free of others
+        self.starts += 1
+        self.start_seconds = time.monotonic() - began
 
-    def _start_once(self, port: int) -> str | None:
+    def _start_on(self, port: int) -> None:
+        """One start on ``port`` (0: the port the engine says): `PortTaken` when it exits on a
+        bind conflict, EngineError when it fails otherwise."""
+        why, since = self._start_once(port)
+        if why is None:
+            return
+        self._kill()
+        written = self._log_since(since)
+        if any(text in written.lower() for text in _BIND_CONFLICT):
+            raise PortTaken(f"{self.kind} {why}")
+        raise EngineError(f"{self.kind} {why}; log {self.log_path}:\n{self.log_tail()}")
+
+    def _start_once(self, port: int) -> tuple[str | None, int]:
+        """Start on ``port`` and wait until the engine answers: None or why not, and where in
+        the log this start began."""
         self.port = port
         if self._log is None:
             self._log = self.log_path.open("ab")
         stamp = time.strftime("%H:%M:%S")
         self._log.write(f"--- gputally harness {stamp}: start {self.starts + 1} on port {port}\n".encode())
         self._log.flush()
+        since = self._log.tell()
         argv = [str(ENTER_CGROUP), *map(str, self.cgroup.procs_files), "--", *self.command(port)]
         self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                                       env=self.environment(), cwd=self.workdir, start_new_session=True)
@@ -141,13 +169,25 @@ class EngineServer:
         while True:
             code = self._proc.poll()
             if code is not None:
-                return f"exited with {code} before it answered on port {port}"
-            with contextlib.suppress(OSError):
-                if self.ready():
-                    return None
+                return f"exited with {code} before it answered on port {port or 'it got'}", since
+            if not self.port and self.listening is not None:
+                found = self.listening.search(self._log_since(since))
+                self.port = int(found["port"]) if found else 0
+            if self.port:
+                with contextlib.suppress(OSError):
+                    if self.ready():
+                        return None, since
             if time.monotonic() > deadline:
-                return f"did not answer on port {port} within {self.start_timeout:g} s"
+                return f"did not answer on port {port or 'it got'} within {self.start_timeout:g} s", since
             time.sleep(0.2)
+
+    def _log_since(self, offset: int) -> str:
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(offset)
+                return log.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def stop(self) -> None:
         """SIGTERM the engine (it shuts its own children down), SIGKILL whatever is still in
@@ -171,7 +211,8 @@ class EngineServer:
 
     def restart(self) -> None:
         """Stop every process of the engine and start it again in the same cgroup (on the same
-        port where it is still free): its counters start again from zero."""
+        port where it is still free, as an engine restarted in its container keeps its port):
+        its counters start again from zero."""
         port = self.port
         self.stop()
         self.start(port=port)
@@ -257,13 +298,13 @@ class VllmServer(EngineServer):
         status, body = http_get(f"{self.base_url}/v1/models", timeout=2)
         return status == 200 and self.model_name in body.decode(errors="replace")
 
-    def start(self, *, port: int | None = None, attempts: int = 3) -> None:
+    def start(self, *, port: int | None = None) -> None:
         if self._lock is None:
             lock = VLLM_LOCK.open("ab")
             fcntl.flock(lock, fcntl.LOCK_EX)  # another test run's vLLM: wait for it to end
             self._lock = lock
         try:
-            super().start(port=port, attempts=attempts)
+            super().start(port=port)
         except BaseException:
             self.stop()
             raise
@@ -300,6 +341,8 @@ class LlamaCppServer(EngineServer):
     kind = "llamacpp"
     start_timeout = 60.0
     stop_grace = 10.0
+    listening = re.compile(r"listening on https?://\S+:(?P<port>\d+)")
+    reuses_port = True  # with --reuse-port
 
     def __init__(self, workdir: Path, *, llama_server: Path, model: Path, model_name: str = "tiny",
                  cgroup: PodCgroup | None = None, extra_args: Sequence[str] = ()) -> None:
@@ -310,7 +353,7 @@ class LlamaCppServer(EngineServer):
 
     def command(self, port: int) -> list[str]:
         return [str(self.llama_server), "-m", str(self.model), "--metrics", "--alias", self.model_name,
-                "--host", "127.0.0.1", "--port", str(port), "-c", "256", "-np", "1", "-t", "2",
+                "--host", "127.0.0.1", "--port", str(port), "--reuse-port", "-c", "256", "-np", "1", "-t", "2",
                 *self.extra_args]
 
     def environment(self) -> dict[str, str]:

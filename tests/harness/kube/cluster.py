@@ -1,7 +1,7 @@
 """A real Kubernetes control plane on loopback for gputally's tests (issue #8).
 
 `KubeCluster` starts etcd and kube-apiserver (built by ``tests/harness/kube/build.sh``)
-on free 127.0.0.1 ports, with a generated CA and serving certificate, a generated
+on 127.0.0.1 ports (see `KubeCluster.start`), with a generated CA and serving certificate, a generated
 service-account key pair and a static token file holding two users:
 
 * ``admin`` in group ``system:masters`` (everything), and
@@ -48,7 +48,7 @@ from typing import Any
 
 import yaml
 
-from harness.processes import free_port, terminate
+from harness.processes import Ports, PortTaken, in_use, start_on_ports, terminate
 
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build.sh"
@@ -100,6 +100,10 @@ def locate_binaries() -> Binaries:
         if not os.access(path, os.X_OK):
             raise HarnessError(f"{path} is not an executable; run {BUILD_SCRIPT}")
     return found
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
 
 
 def _die_with_parent() -> None:
@@ -193,20 +197,16 @@ class KubeCluster:
 
     def start(self) -> KubeCluster:
         """Start etcd, then kube-apiserver, wait for /readyz, write the kubeconfigs and
-        apply gputally-rbac.yaml. Ports are picked free just before each process binds
-        them; if another process takes one in between, start again on new ports."""
+        apply gputally-rbac.yaml. Neither can be given port 0 for its client port: etcd
+        logs the port it got, but its own gRPC gateway (which `compact_etcd` uses) dials the
+        configured address, and kube-apiserver's ``--secure-port=0`` turns serving off. So
+        each port is picked just before its process starts, and a process that exits because
+        another took it in between starts again on another (`harness.processes.start_on_ports`).
+        etcd's peer port is 0: one member, nothing dials it."""
         try:
             self._write_credentials()
-            for attempt in range(3):
-                try:
-                    self._start_etcd()
-                    self._start_apiserver()
-                    break
-                except HarnessError as exc:
-                    if attempt == 2 or "address already in use" not in str(exc):
-                        raise
-                    self.stop(remove_workdir=False)
-                    shutil.rmtree(self.workdir / "etcd-data", ignore_errors=True)
+            start_on_ports(self._start_etcd, what="etcd")
+            start_on_ports(self._start_apiserver, what="kube-apiserver")
             self._write_kubeconfigs()
             self._apply_rbac()
         except BaseException:
@@ -326,9 +326,10 @@ class KubeCluster:
                 preexec_fn=_die_with_parent,  # noqa: PLW1509 - single-threaded at this point
             )
 
-    def _start_etcd(self) -> None:
-        self.etcd_port, peer = free_port(), free_port()
-        client_url, peer_url = f"http://127.0.0.1:{self.etcd_port}", f"http://127.0.0.1:{peer}"
+    def _start_etcd(self, ports: Ports) -> None:
+        self.etcd_port = ports["etcd"]
+        since = _size(self.etcd_log)
+        client_url, peer_url = f"http://127.0.0.1:{self.etcd_port}", "http://127.0.0.1:0"
         self._etcd = self._spawn(
             [
                 str(self.binaries.etcd),
@@ -352,11 +353,17 @@ class KubeCluster:
             with urllib.request.urlopen(self.etcd_url + "/health", timeout=2) as resp:
                 return json.loads(resp.read()).get("health") == "true"
 
-        self._wait("etcd", self._etcd, self.etcd_log, healthy)
+        try:
+            self._wait("etcd", self._etcd, self.etcd_log, since, healthy)
+        except PortTaken:
+            terminate(self._etcd, 10)
+            self._etcd = None
+            shutil.rmtree(self.workdir / "etcd-data", ignore_errors=True)
+            raise
 
-    def _start_apiserver(self) -> None:
+    def _start_apiserver(self, ports: Ports) -> None:
         pki = self.workdir / "pki"
-        self.apiserver_port = free_port()
+        self.apiserver_port = ports["apiserver"]
         argv = [
             str(self.binaries.kube_apiserver),
             f"--etcd-servers={self.etcd_url}",
@@ -383,7 +390,16 @@ class KubeCluster:
             "--v=1",
             *self.extra_apiserver_args,
         ]
+        since = _size(self.apiserver_log)
         self._apiserver = self._spawn(argv, self.apiserver_log)
+        try:
+            self._wait_apiserver(since)
+        except PortTaken:
+            terminate(self._apiserver, 10)
+            self._apiserver = None
+            raise
+
+    def _wait_apiserver(self, since: int) -> None:
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
 
         def ready() -> bool:
@@ -394,13 +410,18 @@ class KubeCluster:
             with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
                 return resp.status == 200 and resp.read().strip() == b"ok"
 
-        self._wait("kube-apiserver", self._apiserver, self.apiserver_log, ready)
+        self._wait("kube-apiserver", self._apiserver, self.apiserver_log, since, ready)
 
-    def _wait(self, name: str, proc: subprocess.Popen[bytes], log: Path, probe: Any) -> None:
+    def _wait(self, name: str, proc: subprocess.Popen[bytes], log: Path, since: int, probe: Any) -> None:
+        """Until ``probe()`` is true; `PortTaken` when ``proc`` exits saying its address was
+        in use (in what it wrote to ``log`` from byte ``since``: the log is appended to)."""
         deadline = time.monotonic() + self.start_timeout
         last: object = None
         while time.monotonic() < deadline:
             if proc.poll() is not None:
+                taken = in_use(log, since)
+                if taken is not None:
+                    raise PortTaken(f"{name} exited: {taken}")
                 raise HarnessError(
                     f"{name} exited with status {proc.returncode} while starting; "
                     f"last lines of {log}:\n{_tail(log)}"

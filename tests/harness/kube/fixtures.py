@@ -17,7 +17,7 @@ from harness.kube.cluster import HarnessError, KubeCluster, create_namespace, lo
 
 @pytest.fixture(scope="session")
 def kube_cluster() -> Iterator[KubeCluster]:
-    """etcd + kube-apiserver on free loopback ports for the whole session (watch cache
+    """etcd + kube-apiserver on loopback ports for the whole session (watch cache
     off, so compacting etcd makes old resourceVersions 410 at once; see cluster.py)."""
     try:
         binaries = locate_binaries()

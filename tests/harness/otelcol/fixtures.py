@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from harness.otelcol.collector import HarnessError, Otelcol, locate_binary
+from harness.otelcol.collector import HarnessError, Otelcol, locate_binary, start_otelcol
+from harness.processes import Ports, PortTaken
 
 
 @pytest.fixture(scope="session")
@@ -27,17 +28,24 @@ def otelcol_binary() -> Path:
 
 @pytest.fixture
 def otelcol(otelcol_binary: Path, tmp_path: Path) -> Iterator[Callable[..., Otelcol]]:
-    """A factory: ``otelcol(config, wait_for=port, name="front")`` starts a collector that
-    is stopped (by pid) at the end of the test."""
+    """A factory: ``otelcol(config, name="front")`` starts a collector, ready, that is stopped
+    (by pid) at the end of the test. ``config`` is a mapping (its OTLP receivers on port 0:
+    ``collector.port("otlp")`` says where they listen) or a function of the `Ports` for
+    listeners that cannot take port 0 (`harness.otelcol.collector.start_otelcol`); with
+    ``ports=`` it starts once on those and raises `PortTaken` for the caller's own retry."""
     started: list[Otelcol] = []
 
-    def start(config: dict[str, Any], wait_for: int | None = None, name: str = "otelcol") -> Otelcol:
-        collector = Otelcol(otelcol_binary, config, tmp_path / name, name=name)
-        started.append(collector)
+    def start(config: dict[str, Any] | Callable[[Ports], dict[str, Any]], name: str = "otelcol", *,
+              ports: Ports | None = None) -> Otelcol:
         try:
-            collector.start(wait_for)
+            collector = start_otelcol(otelcol_binary, config, tmp_path / name, name=name, ports=ports)
+        except PortTaken as exc:
+            if ports is not None:
+                raise
+            pytest.fail(str(exc), pytrace=False)
         except HarnessError as exc:
             pytest.fail(str(exc), pytrace=False)
+        started.append(collector)
         return collector
 
     yield start

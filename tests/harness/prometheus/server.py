@@ -2,7 +2,8 @@
 
 `locate_binaries` finds ``prometheus`` and ``promtool`` (``$GPUTALLY_PROMETHEUS`` /
 ``$GPUTALLY_PROMTOOL``, else ``build.sh --check``; it never builds). `Prometheus` runs one
-server on a loopback port with a temporary TSDB, ``--web.enable-otlp-receiver`` and a config
+server on loopback port 0 (it logs the port it got: ``msg="Listening on" component=web
+address=127.0.0.1:41235``) with a temporary TSDB, ``--web.enable-otlp-receiver`` and a config
 (`default_config`) that promotes the resource attributes gputally's usage accounting and
 attribution write to labels: without promotion every GPU's series would collapse into one,
 since Prometheus keeps only ``job``/``instance`` of a resource (the rest goes to
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 import urllib.error
@@ -26,7 +28,7 @@ from typing import Any
 import yaml
 
 from harness.builds import built
-from harness.processes import free_port, terminate, wait_for_port
+from harness.processes import terminate, wait_for_port
 
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build.sh"
@@ -103,16 +105,19 @@ def default_config(out_of_order_window: str = "1h") -> dict[str, Any]:
     }
 
 
+_LISTENING = re.compile(r'msg="Listening on"[^\n]*? address=\[?(?P<host>[^\s\]]+?)\]?:(?P<port>\d+)')
+"""exporter-toolkit's line once the web server has bound its address (the port resolved)."""
+
+
 class Prometheus:
     """One Prometheus process with its TSDB, config and log under ``workdir``."""
 
-    def __init__(
-        self, binary: Path, workdir: Path, *, config: dict[str, Any] | None = None, port: int | None = None
-    ) -> None:
+    def __init__(self, binary: Path, workdir: Path, *, config: dict[str, Any] | None = None) -> None:
         self.binary = binary
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.port = port or free_port()
+        self.port = 0
+        """The port it listens on, once started."""
         self.config = default_config() if config is None else config
         self.config_path = workdir / "prometheus.yml"
         self.log_path = workdir / "prometheus.log"
@@ -129,15 +134,16 @@ class Prometheus:
         return f"{self.url}/api/v1/otlp/v1/metrics"
 
     def start(self, timeout: float = 60.0) -> None:
-        """Start, wait for the port, then for ``/-/ready`` (the TSDB is open). Raises
-        `HarnessError` with the log's tail when it exits or stays unready."""
+        """Start on port 0, read the port it got from its log, then wait for ``/-/ready``
+        (the TSDB is open). Raises `HarnessError` with the log's tail when it exits or stays
+        unready."""
         if self.proc is not None:
             raise HarnessError("prometheus already started")
         args = [
             str(self.binary),
             f"--config.file={self.config_path}",
             f"--storage.tsdb.path={self.workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--web.listen-address=127.0.0.1:0",
             "--web.enable-otlp-receiver",
             "--log.level=info",
         ]
@@ -147,7 +153,9 @@ class Prometheus:
                 cwd=self.workdir, start_new_session=True,
             )
         deadline = time.monotonic() + timeout
-        failure = wait_for_port(self.proc, "127.0.0.1", self.port, timeout)
+        failure = self._wait_listening(deadline)
+        if failure is None:
+            failure = wait_for_port(self.proc, "127.0.0.1", self.port, timeout)
         while failure is None:
             try:
                 with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:
@@ -163,6 +171,23 @@ class Prometheus:
                 time.sleep(0.1)
         self.stop()
         raise HarnessError(f"prometheus {failure}:\n{self.log_tail()}")
+
+    def _wait_listening(self, deadline: float) -> str | None:
+        """Until the log says which port it listens on (then `port` is set): None, or why not."""
+        assert self.proc is not None
+        while True:
+            try:
+                found = _LISTENING.search(self.log_path.read_text(errors="replace"))
+            except FileNotFoundError:
+                found = None
+            if found is not None:
+                self.port = int(found["port"])
+                return None
+            if self.proc.poll() is not None:
+                return f"exited with {self.proc.returncode} before it said where it listens"
+            if time.monotonic() > deadline:
+                return "did not say where it listens (msg=\"Listening on\") in time"
+            time.sleep(0.05)
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM by pid, SIGKILL after ``timeout``; the exit code. Idempotent."""

@@ -7,9 +7,14 @@
 * ``munged`` with its own key and socket (nothing touches ``/run/munge``),
 * MariaDB on a private data directory, socket and loopback port (``accounting=True``),
 * ``slurmdbd``, then the cluster, accounts, users and QoS through ``sacctmgr``,
-* ``slurmctld`` and ``slurmd`` on free loopback ports,
+* ``slurmctld`` and ``slurmd`` on loopback ports,
 * ``slurmrestd`` with JWT auth on a loopback TCP port (``restd=True``), as a central
   Deployment would reach it.
+
+None of these can be given port 0 and say which port it got (their ports are written into
+``slurm.conf`` and ``slurmdbd.conf`` for the others to read): each port is picked just before its
+daemon starts, and a daemon that exits because another process took it in between is started
+again on another (`harness.processes.start_on_ports`).
 
 Facts this relies on (Debian bookworm, Slurm 22.05.8): the machine's cgroups are v1 with
 separate controller mounts, so ``proctrack/cgroup`` + ``task/cgroup`` run with
@@ -38,7 +43,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.processes import free_port, terminate
+from harness.processes import Ports, PortTaken, in_use, start_on_ports, terminate, wait_for_port
 
 __all__ = ["HarnessError", "SlurmCluster", "missing_programs"]
 
@@ -122,6 +127,8 @@ class SlurmCluster:
         self.root.chmod(0o755)  # jobs run as nobody read slurm.conf and the munge socket here
         for sub in ("etc", "state", "spool", "log", "run", "dev", "db"):
             (self.root / sub).mkdir(mode=0o755)
+        self._log_sizes: dict[Path, int] = {}
+        """Each log's size when the last daemon started: what it wrote since is that start's."""
         self.shared = self.root / "shared"
         self.shared.mkdir()
         self.shared.chmod(0o1777)  # job pid files and output, written by any user
@@ -165,27 +172,17 @@ class SlurmCluster:
         try:
             self._make_gpus()
             self._start_munge()
+            self.jwt_key = self.root / "etc" / "jwt.key"
+            self.jwt_key.write_bytes(secrets.token_bytes(32))
+            self.jwt_key.chmod(0o600)
             if self.accounting:
-                self._start_mariadb()
-                self._write_slurmdbd_conf()
-            self._write_slurm_conf()
-            if self.accounting:
-                self._start("slurmdbd", [which("slurmdbd") or "slurmdbd", "-D"])
-                self._wait(self._dbd_up, "slurmdbd to answer sacctmgr")
+                self._prepare_mariadb()
+                self._on_ports(("mysql",), self._start_mariadb)
+                self._on_ports(("dbd",), self._start_slurmdbd)
                 self._create_accounts()
-            self._start("slurmctld", [which("slurmctld") or "slurmctld", "-D", "-i"])
-            self._wait(self._ctld_up, "slurmctld to answer scontrol ping")
-            self._start("slurmd", [which("slurmd") or "slurmd", "-D", "-N", self.node])
-            self._wait(self._node_idle, f"node {self.node} to become idle")
+            self._on_ports(("ctld", "slurmd"), self._start_slurm)
             if self.restd:
-                self.ports["restd"] = free_port()
-                self._start(
-                    "slurmrestd",
-                    [which("slurmrestd") or "slurmrestd", "-a", "rest_auth/jwt", "-u", "nobody",
-                     "-s", "openapi/v0.0.38", f"127.0.0.1:{self.ports['restd']}"],
-                    env={"SLURM_JWT": "daemon"},
-                )
-                self._wait(self._restd_up, "slurmrestd to listen")
+                self._on_ports(("restd",), self._start_restd)
         except BaseException as exc:
             report = self.log_tails()
             self.stop()
@@ -316,6 +313,7 @@ class SlurmCluster:
 
     def _start(self, name: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> None:
         log = self.root / "log" / f"{name}.out"
+        self._log_sizes = {path: path.stat().st_size for path in (self.root / "log").glob("*")}
         with log.open("ab") as out:
             process = subprocess.Popen(
                 list(argv), env={**self.env(), **(env or {})}, stdout=out, stderr=subprocess.STDOUT,
@@ -323,18 +321,52 @@ class SlurmCluster:
             )
         self.daemons.append(Daemon(name, process, log))
 
+    def _on_ports(self, names: Sequence[str], start: object) -> None:
+        """``start()`` with ``self.ports[name]`` picked for each of ``names``, again on other
+        ports while a daemon it starts exits because one was taken (`_wait` says so)."""
+        assert callable(start)
+
+        def attempt(ports: Ports) -> None:
+            self.ports.update({name: ports[name] for name in names})
+            first = len(self.daemons)
+            try:
+                start()
+            except PortTaken:  # every daemon this start began goes, to start again together
+                for daemon in reversed(self.daemons[first:]):
+                    terminate(daemon.process, 5.0)
+                del self.daemons[first:]
+                raise
+
+        start_on_ports(attempt, what=f"slurm's {', '.join(names)} port")
+
     def _wait(self, ready: object, what: str) -> None:
+        """Until ``ready()``. A daemon that exits meanwhile is an error, `PortTaken` when its
+        log says an address was in use (`_on_ports` starts it again)."""
         assert callable(ready)
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             for daemon in self.daemons:
                 if daemon.process.poll() is not None:
                     code = daemon.process.returncode
+                    taken = self._in_use()
+                    if taken is not None:
+                        raise PortTaken(f"{daemon.name} exited with {code}: {taken}")
                     raise HarnessError(f"{daemon.name} exited with {code} while waiting for {what}")
-            if ready():
-                return
+            # A command that hangs (it reached another process on the port) is not ready yet:
+            # the daemon's exit, seen next time round, says why.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                if ready():
+                    return
             time.sleep(0.1)
         raise HarnessError(f"timed out after {self.start_timeout} s waiting for {what}")
+
+    def _in_use(self) -> str | None:
+        """A line of a daemon's log, written since the last start, saying its address was in use."""
+        for path in sorted((self.root / "log").glob("*")):
+            found = in_use(path, self._log_sizes.get(path, 0))
+            if found is not None:
+                return f"{path.name}: {found}"
+        return None
 
     def _make_gpus(self) -> None:
         for minor in self.gpu_minors:
@@ -351,9 +383,8 @@ class SlurmCluster:
         ])
         self._wait(self.munge_socket.exists, "munged's socket")
 
-    def _start_mariadb(self) -> None:
+    def _prepare_mariadb(self) -> None:
         datadir = self.root / "db"
-        self.ports["mysql"] = free_port()
         self._db_socket = self.root / "run" / "mysqld.sock"
         self._db_password = secrets.token_hex(8)
         result = subprocess.run(
@@ -363,6 +394,9 @@ class SlurmCluster:
         )
         if result.returncode != 0:
             raise HarnessError(f"mariadb-install-db failed: {result.stdout[-2000:]}{result.stderr[-2000:]}")
+
+    def _start_mariadb(self) -> None:
+        datadir = self.root / "db"
         self._start("mariadbd", [
             which("mariadbd") or "mariadbd", "--no-defaults", f"--datadir={datadir}", "--user=root",
             f"--socket={self._db_socket}", f"--port={self.ports['mysql']}", "--bind-address=127.0.0.1",
@@ -389,8 +423,33 @@ class SlurmCluster:
                 raise HarnessError(f"mariadb: {result.stderr.strip()}")
             time.sleep(0.2)
 
+    def _start_slurmdbd(self) -> None:
+        self._write_slurmdbd_conf()
+        self._write_slurm_conf()  # for sacctmgr: where slurmdbd is
+        self._start("slurmdbd", [which("slurmdbd") or "slurmdbd", "-D"])
+        self._wait(self._dbd_up, "slurmdbd to answer sacctmgr")
+
+    def _start_slurm(self) -> None:
+        self._write_slurm_conf()
+        self._start("slurmctld", [which("slurmctld") or "slurmctld", "-D", "-i"])
+        self._wait(self._ctld_up, "slurmctld to answer scontrol ping")
+        self._start("slurmd", [which("slurmd") or "slurmd", "-D", "-N", self.node])
+        self._wait(self._node_idle, f"node {self.node} to become idle")
+
+    def _start_restd(self) -> None:
+        self._start(
+            "slurmrestd",
+            [which("slurmrestd") or "slurmrestd", "-a", "rest_auth/jwt", "-u", "nobody",
+             "-s", "openapi/v0.0.38", f"127.0.0.1:{self.ports['restd']}"],
+            env={"SLURM_JWT": "daemon"},
+        )
+        daemon = self.daemons[-1]
+        failure = wait_for_port(daemon.process, "127.0.0.1", self.ports["restd"], self.start_timeout,
+                                log=daemon.log, since=self._log_sizes.get(daemon.log, 0))
+        if failure is not None:
+            raise HarnessError(f"slurmrestd {failure}")
+
     def _write_slurmdbd_conf(self) -> None:
-        self.ports["dbd"] = free_port()
         path = self.root / "etc" / "slurmdbd.conf"
         path.write_text(_lines({
             "AuthType": "auth/munge",
@@ -412,17 +471,10 @@ class SlurmCluster:
         path.chmod(0o600)
 
     def _write_slurm_conf(self) -> None:
-        self.ports["ctld"] = free_port()
-        self.ports["slurmd"] = free_port()
-        self.jwt_key = self.root / "etc" / "jwt.key"
-        self.jwt_key.write_bytes(secrets.token_bytes(32))
-        self.jwt_key.chmod(0o600)
         gres = f"gpu:h200:{len(self.gpu_minors)}"
         settings: dict[str, object] = {
             "ClusterName": self.cluster_name,
             "SlurmctldHost": f"{self.host}(127.0.0.1)",
-            "SlurmctldPort": self.ports["ctld"],
-            "SlurmdPort": self.ports["slurmd"],
             "SlurmUser": "root",
             "SlurmdUser": "root",
             "AuthType": "auth/munge",
@@ -453,6 +505,8 @@ class SlurmCluster:
             "InactiveLimit": 0,
             "MailProg": "/bin/true",
         }
+        if "ctld" in self.ports:  # not yet while slurmdbd starts (sacctmgr reads only accounting's)
+            settings.update({"SlurmctldPort": self.ports["ctld"], "SlurmdPort": self.ports["slurmd"]})
         if self.accounting:
             settings.update({
                 "AccountingStorageType": "accounting_storage/slurmdbd",
@@ -504,12 +558,6 @@ class SlurmCluster:
         out = self.run(["sinfo", "-h", "-n", self.node, "-o", "%t"], check=False, timeout=10).stdout
         return out.strip().startswith("idle")
 
-    def _restd_up(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.ports["restd"]), timeout=0.5):
-                return True
-        except OSError:
-            return False
 
 
 def _cgroup_plugin() -> dict[str, str]:

@@ -2,7 +2,10 @@
 
 ``--mode metrics`` serves ``--file`` at ``/metrics`` (404 elsewhere); ``notfound`` answers 404
 to everything (a listener that is not an engine); ``silent`` accepts connections and never
-answers (a hung engine). It prints ``listening`` once bound, so a test knows it is ready.
+answers (a hung engine). It listens on ``--port`` (0, the default: a port the kernel picks)
+and prints ``listening PORT`` once bound, so a test knows it is ready and where.
+``--reuse-port`` binds with SO_REUSEPORT: for a port a test holds while nothing listens there
+(`harness.processes.unused_port`), which the server then comes up on.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import time
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--reuse-port", action="store_true")
     parser.add_argument("--mode", choices=("metrics", "notfound", "silent"), default="metrics")
     parser.add_argument("--file")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds to wait before listening (loading)")
@@ -28,9 +32,11 @@ def main() -> None:
     if args.mode == "silent":
         listener = socket.socket(family, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if args.reuse_port:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         listener.bind((args.host, args.port))
         listener.listen(64)
-        print("listening", flush=True)
+        print(f"listening {listener.getsockname()[1]}", flush=True)
         held = []
         while True:
             conn, _ = listener.accept()
@@ -53,9 +59,10 @@ def main() -> None:
 
     class Server(http.server.ThreadingHTTPServer):
         address_family = family
+        allow_reuse_port = args.reuse_port
 
     server = Server((args.host, args.port), Handler)
-    print("listening", flush=True)
+    print(f"listening {server.server_address[1]}", flush=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     while True:
         time.sleep(3600)

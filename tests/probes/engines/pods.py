@@ -18,6 +18,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,31 @@ class NotAnEngine(Exception):
     """What the test reader raises for an answer that is no engine's exposition."""
 
 
+def started_port(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> int:
+    """The port a stand-in (``SERVER``, started with ``stdout=PIPE``) says it bound, read from
+    its ``listening PORT`` line; RuntimeError with its stderr when it says nothing in time."""
+    assert proc.stdout is not None
+    readable, _, _ = select.select([proc.stdout], [], [], timeout)
+    words = (proc.stdout.readline() if readable else b"").split()
+    if len(words) != 2 or words[0] != b"listening":
+        proc.kill()
+        _, err = proc.communicate(timeout=5)
+        raise RuntimeError(f"{proc.args} did not start: {err.decode(errors='replace')[-2000:] if err else words}")
+    return int(words[1])
+
+
+@dataclass
+class StandIn:
+    """A stand-in engine server in a pod: its process and the port it listens on."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
 class PodCgroup:
     """``/sys/fs/cgroup/pids/kubepods/burstable/pod<uid>/<64-hex id>``, made and removed by the test."""
 
@@ -60,35 +86,33 @@ class PodCgroup:
     def add(self, pid: int) -> None:
         (self.path / "cgroup.procs").write_text(f"{pid}\n")
 
-    def spawn(self, argv: list[str], *, ready: bool = False) -> subprocess.Popen[bytes]:
-        """Start ``argv`` and put it in this container; with ``ready``, wait for its ``listening`` line."""
+    def spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
+        """Start ``argv`` and put it in this container."""
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.started.append(proc)
         self.add(proc.pid)
-        if ready:
-            assert proc.stdout is not None
-            readable, _, _ = select.select([proc.stdout], [], [], 20.0)
-            line = proc.stdout.readline() if readable else b""
-            if line.strip() != b"listening":
-                proc.kill()
-                _, err = proc.communicate(timeout=5)
-                raise RuntimeError(f"{argv} did not start: {err.decode(errors='replace')[-2000:]}")
         return proc
 
     def gpu_process(self) -> subprocess.Popen[bytes]:
         """A stand-in for the process on the GPU: it listens on nothing."""
         return self.spawn(["sleep", "600"])
 
-    def server(self, port: int, *, mode: str = "metrics", exposition: Path | None = None, netns: bool = False,
-               host: str = "127.0.0.1") -> subprocess.Popen[bytes]:
+    def server(self, port: int = 0, *, mode: str = "metrics", exposition: Path | None = None, netns: bool = False,
+               host: str = "127.0.0.1") -> StandIn:
+        """A stand-in engine (``SERVER``) in this container, listening once this returns: on
+        port 0, or on ``port``, a port the test holds for it (`harness.processes.unused_port`)."""
         argv = [sys.executable, str(SERVER), "--host", host, "--port", str(port), "--mode", mode]
+        if port:
+            argv.append("--reuse-port")  # beside the test's hold
         if exposition is not None:
             argv += ["--file", str(exposition)]
         if netns:  # a namespace of its own with only loopback, as a pod's is to the probe
             argv = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', *argv]
-        return self.spawn(argv, ready=True)
+        proc = self.spawn(argv)
+        return StandIn(proc, started_port(proc))
 
-    def stop(self, proc: subprocess.Popen[bytes]) -> None:
+    def stop(self, server: subprocess.Popen[bytes] | StandIn) -> None:
+        proc = server.proc if isinstance(server, StandIn) else server
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness.processes import free_port
+from harness.processes import unused_port
 
 from gputally.probes.core.hints import ProcFs
 from gputally.probes.engines.collector import EngineCollector, EngineReads, Read
@@ -35,8 +35,7 @@ def values(entity: object, name: str) -> list[float | int]:
 
 
 async def test_an_explicit_endpoint_is_read_each_cycle(pod: PodCgroup, tmp_path: Path) -> None:
-    port = free_port()
-    pod.server(port, exposition=exposition(tmp_path, tokens=77))
+    port = pod.server(exposition=exposition(tmp_path, tokens=77)).port
     collector = engines([], Reader(), explicit=(f"http://127.0.0.1:{port}/metrics,engine=vllm,model=tiny",),
                         discover=False)
 
@@ -57,9 +56,8 @@ async def test_an_explicit_endpoint_is_read_each_cycle(pod: PodCgroup, tmp_path:
 async def test_an_explicit_endpoint_with_a_pid_carries_its_process_and_its_container_gpus(
         pod: PodCgroup, tmp_path: Path) -> None:
     gpu = pod.gpu_process()
-    port = free_port()
-    server = pod.server(port, exposition=exposition(tmp_path))
-    collector = engines([gpu.pid], Reader(), explicit=(f"http://127.0.0.1:{port}/metrics,pid={server.pid}",),
+    server = pod.server(exposition=exposition(tmp_path))
+    collector = engines([gpu.pid], Reader(), explicit=(f"http://127.0.0.1:{server.port}/metrics,pid={server.pid}",),
                         discover=False)
 
     cycle = await collector.collect()
@@ -75,9 +73,9 @@ async def test_an_explicit_endpoint_with_a_pid_carries_its_process_and_its_conta
 async def test_an_engine_in_a_pod_network_is_found_from_its_gpu_process_and_read_there(
         pod: PodCgroup, tmp_path: Path) -> None:
     gpu = pod.gpu_process()  # the process on the GPU listens on nothing (vLLM's worker)
-    port, other = free_port(), free_port()
-    server = pod.server(port, exposition=exposition(tmp_path, tokens=5), netns=True)  # the API server
-    pod.server(other, mode="notfound", netns=True, host="0.0.0.0")  # no engine, and ranked first: tried first
+    server = pod.server(exposition=exposition(tmp_path, tokens=5), netns=True)  # the API server
+    port = server.port
+    other = pod.server(mode="notfound", netns=True, host="0.0.0.0").port  # no engine, and ranked first: tried first
     reader = Reader()
     collector = engines([gpu.pid], reader)
 
@@ -103,8 +101,7 @@ async def test_an_engine_whose_gpu_process_comes_and_goes_is_announced_once(
     readings): the container, and its engine, go and come back; one INFO line says so, not one
     a cycle."""
     gpu = pod.gpu_process()
-    port = free_port()
-    pod.server(port, exposition=exposition(tmp_path), host="0.0.0.0")
+    pod.server(exposition=exposition(tmp_path), host="0.0.0.0")
     gpus = GpuCollector([gpu.pid])
     collector = engines([], Reader(), gpu=gpus)
     seen = []
@@ -120,16 +117,14 @@ async def test_an_engine_whose_gpu_process_comes_and_goes_is_announced_once(
 
 async def test_a_changed_container_is_tried_afresh(pod: PodCgroup, tmp_path: Path) -> None:
     gpu = pod.gpu_process()
-    other = free_port()
-    pod.server(other, mode="notfound")
+    other = pod.server(mode="notfound").port
     reader = Reader()
     collector = engines([gpu.pid], reader)
     assert [e for e in (await collector.collect()).entities if e.kind == "engine"] == []
     await collector.collect()
     assert reader.reads == {("127.0.0.1", other): 1}
 
-    port = free_port()
-    pod.server(port, exposition=exposition(tmp_path), host="0.0.0.0")  # a new process: the container changed
+    port = pod.server(exposition=exposition(tmp_path), host="0.0.0.0").port  # a new process: the container changed
     cycle = await collector.collect()
     await collector.close()
 
@@ -139,8 +134,7 @@ async def test_a_changed_container_is_tried_afresh(pod: PodCgroup, tmp_path: Pat
 
 async def test_a_hung_engine_costs_one_bounded_wait_and_one_warning(
         pod: PodCgroup, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    silent = free_port()
-    pod.server(silent, mode="silent")
+    silent = pod.server(mode="silent").port
     collector = engines([], Reader(), explicit=(f"http://127.0.0.1:{silent}/metrics,engine=vllm",),
                         discover=False, deadline_s=0.5, gpu_delay_s=0.1)
     caplog.set_level(logging.WARNING, logger="gputally.probes.engines")
@@ -165,7 +159,7 @@ async def test_a_hung_engine_costs_one_bounded_wait_and_one_warning(
 
 async def test_an_engine_that_answers_again_ends_its_episode(
         pod: PodCgroup, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    port = free_port()
+    port = unused_port()  # down, then the engine comes up there
     collector = engines([], Reader(), explicit=(f"http://127.0.0.1:{port}/metrics",), discover=False)
     caplog.set_level(logging.INFO, logger="gputally.probes.engines")
     down = await collector.collect()
@@ -181,7 +175,7 @@ async def test_an_engine_that_answers_again_ends_its_episode(
 
 async def test_an_engine_restart_is_a_new_series(pod: PodCgroup, tmp_path: Path) -> None:
     gpu = pod.gpu_process()
-    port = free_port()
+    port = unused_port()  # held while the engine restarts: it comes back on the same port
     first = pod.server(port, exposition=exposition(tmp_path, tokens=500))
     collector = engines([gpu.pid], Reader())
     before = [e for e in (await collector.collect()).entities if e.kind == "engine"]
@@ -215,7 +209,7 @@ async def test_a_failing_engine_half_leaves_the_gpu_cycle_whole(pod: PodCgroup, 
 
 async def test_each_failure_episode_is_one_warning(pod: PodCgroup, tmp_path: Path,
                                                   caplog: pytest.LogCaptureFixture) -> None:
-    port = free_port()
+    port = unused_port()  # down, up, down again
     collector = engines([], Reader(), explicit=(f"http://127.0.0.1:{port}/metrics",), discover=False,
                         warn_every_s=0.0)  # no throttle: the episodes alone decide
     caplog.set_level(logging.WARNING, logger="gputally.probes.engines")
@@ -232,9 +226,8 @@ async def test_each_failure_episode_is_one_warning(pod: PodCgroup, tmp_path: Pat
 
 async def test_once_a_container_engine_is_found_its_other_ports_are_left_alone(pod: PodCgroup, tmp_path: Path) -> None:
     gpu = pod.gpu_process()
-    port, internal = free_port(), free_port()
-    pod.server(port, exposition=exposition(tmp_path), host="0.0.0.0")  # the served port: ranked first
-    pod.server(internal, mode="silent")  # a worker's internal loopback socket, which must not be poked
+    port = pod.server(exposition=exposition(tmp_path), host="0.0.0.0").port  # the served port: ranked first
+    pod.server(mode="silent")  # a worker's internal loopback socket, which must not be poked
     reader = Reader()
     collector = engines([gpu.pid], reader, deadline_s=0.5)
 

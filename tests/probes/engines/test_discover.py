@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from harness.processes import free_port
 
 from gputally.probes.core.hints import ProcFs
 from gputally.probes.engines import discover
@@ -19,7 +18,17 @@ from gputally.probes.engines.discover import Discovery, unit_of
 from gputally.probes.engines.model import Endpoint
 from gputally.probes.engines.netns import Namespaces, NetnsError, connect_in
 from gputally.probes.engines.procnet import listening, parse_tcp, socket_inodes
-from tests.probes.engines.pods import CGROUP_ROOT, GPU, SERVER, PodCgroup, Reader, exposition, process_entity, needs_cgroups
+from tests.probes.engines.pods import (
+    CGROUP_ROOT,
+    GPU,
+    SERVER,
+    PodCgroup,
+    Reader,
+    exposition,
+    needs_cgroups,
+    process_entity,
+    started_port,
+)
 
 pytestmark = needs_cgroups
 
@@ -31,15 +40,14 @@ def walker(**kwargs: object) -> Discovery:
 def test_the_listener_of_a_gpu_process_container_is_found_in_its_own_network_namespace(
         pod: PodCgroup, tmp_path: Path) -> None:
     gpu = pod.gpu_process()
-    port = free_port()
-    server = pod.server(port, exposition=exposition(tmp_path), netns=True)
+    server = pod.server(exposition=exposition(tmp_path), netns=True)
 
     [container] = walker().scan([process_entity(gpu.pid)])
 
     assert container.key == f"cgroup:pids:/kubepods/burstable/pod{pod.uid}/{pod.container_id}"
     assert container.pids == {gpu.pid, server.pid}
     assert container.gpu_ids == (GPU,) and container.gpu_pids == (gpu.pid,)
-    assert container.endpoints == [Endpoint(host="127.0.0.1", port=port, pid=server.pid,
+    assert container.endpoints == [Endpoint(host="127.0.0.1", port=server.port, pid=server.pid,
                                             netns=f"/proc/{server.pid}/ns/net")]
     hints = container.hints[server.pid]
     assert hints["process.pid"] == server.pid
@@ -48,8 +56,7 @@ def test_the_listener_of_a_gpu_process_container_is_found_in_its_own_network_nam
 
 async def test_the_setns_connect_reads_an_engine_only_its_namespace_can_reach(pod: PodCgroup, tmp_path: Path) -> None:
     gpu = pod.gpu_process()
-    port = free_port()
-    pod.server(port, exposition=exposition(tmp_path, tokens=4242), netns=True)
+    port = pod.server(exposition=exposition(tmp_path, tokens=4242), netns=True).port
     [container] = walker().scan([process_entity(gpu.pid)])
     [endpoint] = container.endpoints
 
@@ -68,7 +75,7 @@ async def test_the_setns_connect_reads_an_engine_only_its_namespace_can_reach(po
 
 async def test_a_namespace_thread_ends_when_idle_and_a_new_one_serves_later(pod: PodCgroup, tmp_path: Path) -> None:
     gpu = pod.gpu_process()
-    pod.server(free_port(), exposition=exposition(tmp_path), netns=True)
+    pod.server(exposition=exposition(tmp_path), netns=True)
     [container] = walker().scan([process_entity(gpu.pid)])
     [endpoint] = container.endpoints
     namespaces = Namespaces(idle_s=0.05)
@@ -94,9 +101,8 @@ async def test_a_namespace_that_cannot_be_entered_says_why() -> None:
 def test_a_pid_that_vanishes_mid_walk_costs_only_itself(pod: PodCgroup, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = pod.gpu_process()
-    victim = pod.server(free_port(), mode="notfound")
-    port = free_port()
-    server = pod.server(port, exposition=exposition(tmp_path))
+    victim = pod.server(mode="notfound")
+    server = pod.server(exposition=exposition(tmp_path))
     real = socket_inodes
 
     def vanishing(proc_root: Path, pid: int) -> set[int]:
@@ -108,13 +114,13 @@ def test_a_pid_that_vanishes_mid_walk_costs_only_itself(pod: PodCgroup, tmp_path
     [container] = walker().scan([process_entity(gpu.pid)])
 
     assert victim.pid in container.pids
-    assert [(e.port, e.pid) for e in container.endpoints] == [(port, server.pid)]
+    assert [(e.port, e.pid) for e in container.endpoints] == [(server.port, server.pid)]
 
 
 def test_a_container_is_walked_again_only_when_its_processes_change(pod: PodCgroup, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = pod.gpu_process()
-    pod.server(free_port(), exposition=exposition(tmp_path))
+    pod.server(exposition=exposition(tmp_path))
     walks: list[int] = []
     real = socket_inodes
 
@@ -130,7 +136,7 @@ def test_a_container_is_walked_again_only_when_its_processes_change(pod: PodCgro
     [second] = found.scan([process_entity(gpu.pid)])
     assert len(walks) == walked and not second.changed
 
-    later = pod.server(free_port(), mode="notfound")
+    later = pod.server(mode="notfound")
     [third] = found.scan([process_entity(gpu.pid)])
     assert third.changed and later.pid in walks[walked:]
     assert len(third.endpoints) == 2
@@ -140,12 +146,10 @@ def test_a_container_without_an_engine_yet_is_walked_again_after_rescan_s(pod: P
     now = [0.0]
     found = walker(rescan_s=30.0, clock=lambda: now[0])
     gpu = pod.gpu_process()
-    port = free_port()
-    loading = pod.spawn([sys.executable, str(SERVER), "--port", str(port), "--delay", "0.5",
-                         "--file", str(exposition(tmp_path))])
+    loading = pod.spawn([sys.executable, str(SERVER), "--delay", "0.5", "--file", str(exposition(tmp_path))])
     [first] = found.scan([process_entity(gpu.pid)])
     assert loading.pid in first.pids and first.endpoints == []
-    assert loading.stdout is not None and loading.stdout.readline().strip() == b"listening"  # its model is loaded
+    port = started_port(loading)  # its model is loaded
 
     now[0] = 29.0
     assert found.scan([process_entity(gpu.pid)])[0].endpoints == []  # the same processes: not walked again yet
@@ -163,14 +167,12 @@ def test_a_slurm_job_is_one_container_across_its_steps(tmp_path: Path) -> None:
         step.mkdir(parents=True)
         batch.mkdir(parents=True)
         gpu = subprocess.Popen(["sleep", "600"])
-        port = free_port()
-        server = subprocess.Popen([sys.executable, str(SERVER),
-                                   "--port", str(port), "--file", str(exposition(tmp_path))],
+        server = subprocess.Popen([sys.executable, str(SERVER), "--file", str(exposition(tmp_path))],
                                   stdout=subprocess.PIPE)
         procs = [gpu, server]
         (step / "cgroup.procs").write_text(str(gpu.pid))
         (batch / "cgroup.procs").write_text(str(server.pid))
-        assert server.stdout is not None and server.stdout.readline().strip() == b"listening"
+        port = started_port(server)
 
         [container] = walker().scan([process_entity(gpu.pid)])
 
@@ -242,11 +244,10 @@ def test_the_container_of_a_cgroup_v2(tmp_path: Path) -> None:
 
 def test_an_engine_outside_any_container_is_found_from_its_gpu_child(tmp_path: Path) -> None:
     """Bare metal, root cgroup: the GPU process's parents count as its container."""
-    port = free_port()
     server = subprocess.Popen(["sh", "-c", 'sleep 600 & exec "$0" "$@"', sys.executable, str(SERVER),
-                               "--port", str(port), "--file", str(exposition(tmp_path))], stdout=subprocess.PIPE)
+                               "--file", str(exposition(tmp_path))], stdout=subprocess.PIPE)
     try:
-        assert server.stdout is not None and server.stdout.readline().strip() == b"listening"
+        port = started_port(server)
         [child] = [int(p) for p in Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()]
         entity = process_entity(child)
         entity.attributes["process.linux.cgroup"] = "8:pids:/\n0::/"  # no container
@@ -264,10 +265,9 @@ def test_an_engine_outside_any_container_is_found_from_its_gpu_child(tmp_path: P
 
 
 def test_candidates_are_ranked_served_ports_first(pod: PodCgroup, tmp_path: Path) -> None:
-    worker = pod.server(free_port(), mode="notfound")  # a GPU process that listens (a worker's socket)
-    loopback = pod.server(free_port(), mode="notfound")
-    wildcard_port = free_port()
-    pod.server(wildcard_port, mode="notfound", host="0.0.0.0")
+    worker = pod.server(mode="notfound")  # a GPU process that listens (a worker's socket)
+    loopback = pod.server(mode="notfound")
+    wildcard_port = pod.server(mode="notfound", host="0.0.0.0").port
 
     [container] = walker().scan([process_entity(worker.pid)])
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness.processes import free_port, terminate
+from harness.processes import terminate
 from support.otlp import OtlpSink
 
 from gputally.cli.main import build_parser
@@ -20,7 +20,7 @@ from gputally.probes.amd import cli as amd_cli
 from gputally.probes.core.command import probe_interval
 from gputally.probes.gaudi import cli as gaudi_cli
 from gputally.probes.nvml import cli as nvml_cli
-from tests.probes.engines.pods import SERVER
+from tests.probes.engines.pods import SERVER, started_port
 from tests.probes.test_end_to_end import gateway
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
@@ -36,11 +36,8 @@ RUN = {"nvml": nvml_cli.run, "amd": amd_cli.run, "gaudi": gaudi_cli.run}
 @pytest.fixture
 def vllm() -> Iterator[int]:
     """A real HTTP server on loopback serving vLLM's exposition; its port."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port), "--file", str(VLLM)],
-                            stdout=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == b"listening"
-    yield port
+    proc = subprocess.Popen([sys.executable, str(SERVER), "--file", str(VLLM)], stdout=subprocess.PIPE)
+    yield started_port(proc)
     terminate(proc, 5.0)
     proc.stdout.close()
 

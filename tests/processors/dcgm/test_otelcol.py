@@ -17,7 +17,6 @@ import pytest
 import yaml
 from aiohttp import web
 from harness.otelcol.collector import Otelcol
-from harness.processes import free_port
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from support.otlp import OtlpSink
 
@@ -43,9 +42,8 @@ async def dcgm_exporter() -> AsyncIterator[int]:
     app.router.add_get("/metrics", metrics)
     runner = web.AppRunner(app)
     await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    yield port
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    yield runner.addresses[0][1]
     await runner.cleanup()
 
 
@@ -92,10 +90,10 @@ def without_scope_version(message: ExportMetricsServiceRequest) -> ExportMetrics
 async def test_a_real_scrape_comes_out_one_resource_per_gpu(
     otelcol: Callable[..., Otelcol], dcgm_exporter: int, otlp_sink: OtlpSink
 ) -> None:
-    gputally_port = free_port()
-    service = Service(load_config(gputally_config(gputally_port, otlp_sink.endpoint)))
+    service = Service(load_config(gputally_config(0, otlp_sink.endpoint)))
     await service.start()
     try:
+        gputally_port = int(service.receivers["otlp"].listening()["grpc"].rpartition(":")[2])
         collector = otelcol(collector_config(dcgm_exporter, gputally_port), name="scraper")
         try:
             await otlp_sink.wait_for(lambda: len(otlp_sink.received_metrics()) >= 1, timeout=30)

@@ -18,7 +18,6 @@ from typing import Any
 import grpc
 import yaml
 from harness.kube.cluster import KubeCluster, create_node, create_pod, create_statefulset, set_pod_status
-from harness.processes import free_port
 from support.otlp import OtlpSink
 
 from gputally.pipeline.config import load_config
@@ -86,13 +85,13 @@ async def test_replayed_h200_idle_holder_lands_on_its_pod_and_the_slurm_process_
         if facts:
             facts["cgroup"] = facts["cgroup"].replace(POD_UID.replace("-", "_"), uid.replace("-", "_"))
 
-    port = free_port()
     service = Service(load_config(
-        gateway_config(port, otlp_sink, node=node, kubeconfig=kube_cluster.limited_kubeconfig, socket=socket),
+        gateway_config(0, otlp_sink, node=node, kubeconfig=kube_cluster.limited_kubeconfig, socket=socket),
         registry=with_registered_k8s(),
     ))
     await service.start()
     try:
+        address = service.receivers["otlp"].listening()["grpc"]
         (stage,) = service.pipelines["metrics"].stages
         processor = stage.processor
         assert isinstance(processor, K8sProcessor)
@@ -104,7 +103,7 @@ async def test_replayed_h200_idle_holder_lands_on_its_pod_and_the_slurm_process_
         probe = NvmlCollector(source, source, node_name=node, events=False)
         encoder = OtlpEncoder()
         try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            async with grpc.aio.insecure_channel(address) as channel:
                 export = channel.unary_unary(METRICS_EXPORT)
                 for _ in range(3):  # busy+idle, idle holder only, no process
                     cycle = await probe.collect()

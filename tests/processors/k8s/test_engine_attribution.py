@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.processes import free_port
-
 from gputally.otlp.batch import Batch, Signal
 from gputally.probes.core.hints import ProcFs
 from gputally.probes.core.otlp_shape import metrics_request
@@ -24,7 +22,7 @@ pytestmark = needs_cgroups
 
 async def test_an_engine_gets_the_pod_of_its_container(pod: PodCgroup, tmp_path: Path) -> None:
     gpu = pod.gpu_process()
-    pod.server(free_port(), exposition=exposition(tmp_path), netns=True)
+    pod.server(exposition=exposition(tmp_path), netns=True)
     procfs = ProcFs(Path("/proc"))
     reads = EngineReads(Reader(), walker=Discovery(processes=procfs), processes=procfs, node_name="node-a")
     collector = EngineCollector(GpuCollector([gpu.pid]), reads, deadline_s=2.0)
@@ -54,8 +52,7 @@ async def test_an_explicit_engine_with_only_a_cgroup_gets_its_pod(pod: PodCgroup
     """`--engine URL,cgroup=PATH` (no pid: the probe names the container, not a process): the
     engine's resource carries only the cgroup, and k8s names the pod from it."""
     gpu = pod.gpu_process()
-    port = free_port()
-    pod.server(port, exposition=exposition(tmp_path), host="127.0.0.1")
+    port = pod.server(exposition=exposition(tmp_path), host="127.0.0.1").port
     path = next(line for line in Path(f"/proc/{gpu.pid}/cgroup").read_text().splitlines()
                 if ":pids:" in line or line.startswith("0::")).split(":", 2)[2]
     procfs = ProcFs(Path("/proc"))

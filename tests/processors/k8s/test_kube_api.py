@@ -26,6 +26,7 @@ from harness.kube.cluster import (
     delete_pod,
     set_pod_status,
 )
+from harness.processes import unused_port
 from kubernetes import client, utils
 
 from gputally.processors.k8s.processor import K8sProcessor
@@ -296,18 +297,18 @@ async def test_rbac_denied_is_degraded_and_data_still_flows(kube_cluster: KubeCl
 
 
 class Proxy:
-    """A TCP relay in front of the API server that a test can cut and restore."""
+    """A TCP relay in front of the API server that a test can cut and restore, on the same
+    port: one held while it is cut (`unused_port`), which it listens on beside the hold."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
-        self.port = 0
+        self.port = unused_port()
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._relays: set[asyncio.Task[None]] = set()
 
     async def open(self) -> None:
-        self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port, reuse_port=True)
 
     async def cut(self) -> None:
         assert self._server is not None

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 import yaml
 from harness.otelcol.collector import Otelcol
-from harness.processes import free_port, terminate
+from harness.processes import terminate
 from support.otlp import OtlpSink
 
 from gputally.otlp.batch import Batch, Signal
 from gputally.pipeline.config import load_config
 from gputally.pipeline.service import Service
-from tests.probes.engines.pods import SERVER
+from tests.probes.engines.pods import SERVER, started_port
 
 from .helpers import attrs, make, resource_attrs
 
@@ -33,11 +33,8 @@ VLLM = Path(__file__).parents[2] / "fixtures" / "engines" / "vllm.txt"
 
 @pytest.fixture
 def vllm() -> Iterator[int]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port), "--file", str(VLLM)],
-                            stdout=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == b"listening"
-    yield port
+    proc = subprocess.Popen([sys.executable, str(SERVER), "--file", str(VLLM)], stdout=subprocess.PIPE)
+    yield started_port(proc)
     terminate(proc, 5.0)
     proc.stdout.close()
 
@@ -66,10 +63,10 @@ def gateway(port: int, sink: str) -> str:
 
 async def test_a_scraped_engine_resource_is_the_scrape_target_and_k8s_leaves_it_alone(
         otelcol: Callable[..., Otelcol], vllm: int, otlp_sink: OtlpSink) -> None:
-    port = free_port()
-    service = Service(load_config(gateway(port, otlp_sink.endpoint)))
+    service = Service(load_config(gateway(0, otlp_sink.endpoint)))
     await service.start()
     try:
+        port = int(service.receivers["otlp"].listening()["grpc"].rpartition(":")[2])
         collector = otelcol(scraper(vllm, port), name="scraper")
         try:
             await otlp_sink.wait_for(lambda: bool(otlp_sink.received_metrics()), timeout=30)

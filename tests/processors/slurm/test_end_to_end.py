@@ -11,7 +11,6 @@ from typing import Any
 
 import grpc
 import yaml
-from harness.processes import free_port
 from harness.slurm.cluster import SlurmCluster
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from support.otlp import OtlpSink
@@ -91,15 +90,15 @@ async def test_probe_data_through_a_service_gets_slurm_attributes(
     slurm_cluster: SlurmCluster, slurm_jobs: Jobs, otlp_sink: OtlpSink, monkeypatch: Any
 ) -> None:
     monkeypatch.setenv("TEST_SLURM_JWT", slurm_cluster.token())
-    port = free_port()
-    service = Service(load_config(config_text(port, otlp_sink, slurm_cluster), registry=registry()))
+    service = Service(load_config(config_text(0, otlp_sink, slurm_cluster), registry=registry()))
     await service.start()
     try:
+        address = service.receivers["otlp"].listening()["grpc"]
         [stage] = service.pipelines["metrics"].stages
         processor = stage.processor
         assert isinstance(processor, SlurmProcessor)
         request = (await probe_request(slurm_cluster, slurm_jobs)).SerializeToString()
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        async with grpc.aio.insecure_channel(address) as channel:
             export = channel.unary_unary(METRICS_EXPORT)
             await export(request, timeout=5)
             await asyncio.wait_for(processor.lookups_answered(), 15)

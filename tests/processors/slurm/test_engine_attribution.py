@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.processes import free_port
 
 from gputally.otlp.batch import Batch, Signal
 from gputally.probes.core.hints import ProcFs
@@ -23,7 +22,7 @@ from gputally.probes.engines.discover import Discovery
 from gputally.processors.slurm import JobInfo, SlurmConfig, SlurmProcessor, SlurmRuntime
 from tests.processors.builders import all_kinds, attributes, metrics_batch, reencoded, resource_metrics, resources
 from tests.processors.slurm.fakes import FakeBackend
-from tests.probes.engines.pods import CGROUP_ROOT, SERVER, GpuCollector, Reader, exposition
+from tests.probes.engines.pods import CGROUP_ROOT, SERVER, GpuCollector, Reader, exposition, started_port
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not (CGROUP_ROOT / "pids").is_dir(),
                                 reason="needs root and cgroup v1 (the project's test machine)")
@@ -45,13 +44,12 @@ async def test_an_engine_gets_the_job_of_its_cgroup(tmp_path: Path) -> None:
         gpu_step.mkdir(parents=True)
         api_step.mkdir(parents=True)
         gpu = subprocess.Popen(["sleep", "600"])
-        port = free_port()
-        server = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port), "--file",
-                                   str(exposition(tmp_path))], stdout=subprocess.PIPE)
+        server = subprocess.Popen([sys.executable, str(SERVER), "--file", str(exposition(tmp_path))],
+                                  stdout=subprocess.PIPE)
         started += [gpu, server]
         (gpu_step / "cgroup.procs").write_text(str(gpu.pid))
         (api_step / "cgroup.procs").write_text(str(server.pid))
-        assert server.stdout is not None and server.stdout.readline().strip() == b"listening"
+        started_port(server)
 
         procfs = ProcFs(Path("/proc"))
         reads = EngineReads(Reader(), walker=Discovery(processes=procfs), processes=procfs, node_name="n1")

@@ -22,7 +22,6 @@ from typing import Any
 
 import grpc
 from harness.kube.cluster import KubeCluster, create_node, create_pod, create_statefulset
-from harness.processes import free_port
 from harness.slurm.cluster import SlurmCluster
 
 from tests.processors.k8s.kubelet import Kubelet, kubelet_socket
@@ -111,12 +110,13 @@ async def placed(kube: KubeCluster, admin: Any, namespace: str, slurm: SlurmClus
         slurm.run(["scancel", str(job)], check=False)
 
 
-def gputally_config(scene: Placed, port: int, token: Path, exporter: dict[str, Any], *,
+def gputally_config(scene: Placed, token: Path, exporter: dict[str, Any], *,
                     usage: dict[str, Any] | None = None) -> dict[str, Any]:
-    """k8s (node mode) -> slurm (slurmrestd) -> usage, into ``exporter`` (an exporter section)."""
+    """k8s (node mode) -> slurm (slurmrestd) -> usage, into ``exporter`` (an exporter section);
+    listening on port 0."""
     (exporter_id,) = exporter
     return {
-        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{port}"}}}},
+        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}},
         "processors": {
             "k8s": {"mode": "node", "node_name": scene.node, "kubeconfig": str(scene.kube.limited_kubeconfig),
                     "pod_resources": {"socket": str(scene.socket), "refresh_interval": "200ms"},
@@ -129,7 +129,7 @@ def gputally_config(scene: Placed, port: int, token: Path, exporter: dict[str, A
         "service": {
             "pipelines": {"metrics": {"receivers": ["otlp"], "processors": ["k8s", "slurm", "usage"],
                                       "exporters": [exporter_id]}},
-            "telemetry": {"metrics": {"address": f"127.0.0.1:{free_port()}"}},
+            "telemetry": {"metrics": {"address": "127.0.0.1:0"}},
         },
     }
 
@@ -142,14 +142,12 @@ async def run_through_serve(scene: Placed, tmp_path: Path, exporter: dict[str, A
     Prometheus' out-of-order window) is sent again."""
     token = tmp_path / "slurm-token"
     token.write_text(scene.slurm.token("root"))
-    port = free_port()
-    config = gputally_config(scene, port, token, exporter, usage=usage)
-    gateway = GputallyProcess(config, tmp_path / "gputally")
-    gateway.start(port)
+    gateway = GputallyProcess(gputally_config(scene, token, exporter, usage=usage), tmp_path / "gputally").start()
+    port = gateway.port("grpc")
     try:
         # The pods listed before the first sample: an account made before would emit counters
         # carrying the pod's uid without its name, a series of its own in Prometheus.
-        await asyncio.to_thread(pods_listed, config["service"]["telemetry"]["metrics"]["address"])
+        await asyncio.to_thread(pods_listed, gateway.listening.admin[0])
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             export = channel.unary_unary(METRICS_EXPORT)
             deadline = time.monotonic() + 60

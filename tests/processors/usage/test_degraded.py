@@ -28,7 +28,7 @@ import grpc
 import pytest
 import yaml
 from harness.kube.cluster import KubeCluster, create_node, create_pod, create_statefulset
-from harness.processes import free_port
+from harness.processes import unused_port
 
 from gputally.probes.core.allocations import PodAllocations
 from tests.kubelet.cri import Runtime, runtime_socket
@@ -55,8 +55,9 @@ COUNTERS = {"allocated": "gputally_usage_allocated_time_seconds_total",
 
 @contextlib.asynccontextmanager
 async def door(target: tuple[str, int], port: int) -> AsyncIterator[asyncio.Event]:
-    """A TCP door to ``target`` on ``port``: shut (nothing listens: connection refused) until
-    the yielded event is set, then a plain forwarder (TLS stays end to end)."""
+    """A TCP door to ``target`` on ``port`` (`unused_port`'s): shut (nothing listens:
+    connection refused) until the yielded event is set, then a plain forwarder (TLS stays end
+    to end) bound beside the hold."""
     opened = asyncio.Event()
     servers: list[asyncio.AbstractServer] = []
 
@@ -76,7 +77,7 @@ async def door(target: tuple[str, int], port: int) -> AsyncIterator[asyncio.Even
 
     async def open_when_told() -> None:
         await opened.wait()
-        servers.append(await asyncio.start_server(forward, "127.0.0.1", port))
+        servers.append(await asyncio.start_server(forward, "127.0.0.1", port, reuse_port=True))
 
     task = asyncio.create_task(open_when_told())
     try:
@@ -142,10 +143,9 @@ async def test_each_pod_is_accounted_by_uid_whatever_the_api_server_does(
             await allocations.close()
 
     api_host, api_port = kube_cluster.api_url.removeprefix("https://").rsplit(":", 1)
-    door_port = free_port()
-    port, metrics_port = free_port(), free_port()
+    door_port = unused_port()
     config = {
-        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{port}"}}}},
+        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}},
         "processors": {
             "k8s": {"mode": "gateway", "kubeconfig": str(kubeconfig_through(kube_cluster, door_port, tmp_path / "kc")),
                     "watch": {"backoff_initial": "100ms", "backoff_max": "300ms", "request_timeout": "3s"}},
@@ -156,13 +156,14 @@ async def test_each_pod_is_accounted_by_uid_whatever_the_api_server_does(
         "service": {
             "pipelines": {"metrics": {"receivers": ["otlp"], "processors": ["k8s", "usage"], "exporters": ["otlphttp"]},
                           "logs": {"receivers": ["otlp"], "processors": ["usage"], "exporters": ["debug"]}},
-            "telemetry": {"metrics": {"address": f"127.0.0.1:{metrics_port}"}},
+            "telemetry": {"metrics": {"address": "127.0.0.1:0"}},
         },
     }
     half = len(requests) // 2
     gateway = GputallyProcess(config, tmp_path / "gputally")
     async with door((api_host, int(api_port)), door_port) as opened:
-        gateway.start(port)
+        gateway.start()
+        port, metrics_url = gateway.port("grpc"), f"http://{gateway.listening.admin[0]}/metrics"
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
                 export = channel.unary_unary(METRICS_EXPORT)
@@ -171,7 +172,7 @@ async def test_each_pod_is_accounted_by_uid_whatever_the_api_server_does(
                 if api == "second-half":
                     opened.set()
                     deadline = time.monotonic() + 30
-                    while not await asyncio.to_thread(synced, f"http://127.0.0.1:{metrics_port}/metrics"):
+                    while not await asyncio.to_thread(synced, metrics_url):
                         assert time.monotonic() < deadline, gateway.log_tail()
                         await asyncio.sleep(0.2)
                 for request in requests[half:]:

@@ -18,7 +18,6 @@ from typing import Any
 
 from harness.kube.cluster import KubeCluster
 from harness.otelcol.collector import Otelcol
-from harness.processes import free_port
 from harness.slurm.cluster import SlurmCluster
 
 from tests.otelcol.shapes import USAGE_COUNTERS as COUNTERS
@@ -32,12 +31,11 @@ async def test_usage_counters_through_serve_with_k8s_and_slurm(
     slurm_cluster: SlurmCluster, tmp_path: Path,
 ) -> None:
     out = tmp_path / "backend.json"
-    backend_port = free_port()
-    otelcol(file_backend(override(shipped("gateway", "otelcol.yaml"), {
-        "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{backend_port}",
-        "receivers.otlp.protocols.http.endpoint": f"127.0.0.1:{free_port()}",
-    }), out, ["metrics", "logs"]), wait_for=backend_port, name="backend")
-    exporter = {"otlp": {"endpoint": f"127.0.0.1:{backend_port}", "tls": {"insecure": True}}}
+    backend = otelcol(file_backend(override(shipped("gateway", "otelcol.yaml"), {
+        "receivers.otlp.protocols.grpc.endpoint": "127.0.0.1:0",
+        "receivers.otlp.protocols.http.endpoint": "127.0.0.1:0",
+    }), out, ["metrics", "logs"]), name="backend")
+    exporter = {"otlp": {"endpoint": f"127.0.0.1:{backend.port('otlp')}", "tls": {"insecure": True}}}
 
     def warm() -> bool:  # pods synced, the GPU's allocation listed, the job's metadata fetched
         seen = [a for a, _ in file_resources(out)]

@@ -14,7 +14,6 @@ from typing import Any
 import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
-from harness.processes import free_port
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from support.otlp import OtlpSink
@@ -56,11 +55,11 @@ def metric_names(raw: bytes) -> list[str]:
     return [m.name for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics]
 
 
-def config(port: int, sink: OtlpSink | None = None, **extra: Any) -> dict[str, Any]:
+def config(port: int = 0, sink: OtlpSink | None = None, **extra: Any) -> dict[str, Any]:
     document: dict[str, Any] = {
         "extensions": {"bearertokenauth": {"token": "s3cret"}},
         "receivers": {"bridge": {"endpoint": f"127.0.0.1:{port}"},
-                      "bridge/auth": {"endpoint": f"127.0.0.1:{free_port()}", "auth": {"authenticator": "bearertokenauth"}}},
+                      "bridge/auth": {"endpoint": "127.0.0.1:0", "auth": {"authenticator": "bearertokenauth"}}},
         "processors": {
             "attributes/cluster": {"actions": [{"key": "k8s.cluster.name", "value": "prod", "action": "insert",
                                                 "context": "resource"}]},
@@ -84,10 +83,9 @@ def config(port: int, sink: OtlpSink | None = None, **extra: Any) -> dict[str, A
 
 @pytest.fixture
 async def bridge() -> AsyncIterator[tuple[Service, bridge_pb2_grpc.BridgeStub]]:
-    port = free_port()
-    service = Service(validate(config(port), Registry.discover()))
+    service = Service(validate(config(), Registry.discover()))
     await service.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    channel = grpc.aio.insecure_channel(service.receivers["bridge"].listening()["grpc"])
     try:
         yield service, bridge_pb2_grpc.BridgeStub(channel)
     finally:
@@ -178,12 +176,11 @@ class Pushback:
 
 
 async def test_backpressure_is_resource_exhausted_with_retry_info() -> None:
-    port = free_port()
     context = ComponentContext(id="bridge", telemetry=SelfTelemetry(), inline={"metrics/bridge": Pushback()})
-    receiver = BridgeReceiver(BridgeReceiverConfig(endpoint=f"127.0.0.1:{port}"), context)
+    receiver = BridgeReceiver(BridgeReceiverConfig(endpoint="127.0.0.1:0"), context)
     await receiver.start()
     try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        async with grpc.aio.insecure_channel(receiver.listening()["grpc"]) as channel:
             error = await call_error(bridge_pb2_grpc.BridgeStub(channel).ProcessMetrics(bridge_pb2.ProcessMetricsRequest(
                 otlp=metrics_request("x").SerializeToString(), pipeline="metrics/bridge")))
     finally:
@@ -214,11 +211,10 @@ def test_a_bridge_pipeline_refuses_holding_processors_and_other_receivers() -> N
 async def test_usage_counters_leave_through_the_pipelines_exporters() -> None:
     """What ``usage`` creates is not the caller's batch: it goes to the pipeline's exporters,
     while each call is answered with the batch it sent."""
-    sink = OtlpSink(free_port())
+    sink = OtlpSink()
     await sink.start()
-    port = free_port()
     document = {
-        "receivers": {"bridge": {"endpoint": f"127.0.0.1:{port}"}},
+        "receivers": {"bridge": {"endpoint": "127.0.0.1:0"}},
         "processors": {"usage": {"emit_interval": "200ms", "settle": 0}},
         "exporters": {"otlp": {"endpoint": sink.endpoint, "tls": {"insecure": True}}},
         "service": {"pipelines": {"metrics/bridge": {"receivers": ["bridge"], "processors": ["usage"],
@@ -229,7 +225,7 @@ async def test_usage_counters_leave_through_the_pipelines_exporters() -> None:
     await service.start()
     requests = await probe_requests(recording(), base_ns=1_800_000_000 * 10**9)
     try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        async with grpc.aio.insecure_channel(service.receivers["bridge"].listening()["grpc"]) as channel:
             stub = bridge_pb2_grpc.BridgeStub(channel)
             for request in requests:
                 raw = request.SerializeToString()

@@ -16,7 +16,6 @@ from typing import Any
 
 import grpc
 import pytest
-from harness.processes import free_port
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
@@ -194,10 +193,9 @@ def patch_config(port: int) -> dict[str, Any]:
 
 @pytest.fixture
 async def stub() -> AsyncIterator[bridge_pb2_grpc.BridgeStub]:
-    port = free_port()
-    service = Service(validate(patch_config(port), Registry.discover()))
+    service = Service(validate(patch_config(0), Registry.discover()))
     await service.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    channel = grpc.aio.insecure_channel(service.receivers["bridge"].listening()["grpc"])
     try:
         yield bridge_pb2_grpc.BridgeStub(channel)
     finally:

@@ -10,7 +10,7 @@ import grpc
 import grpc.aio
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from harness.processes import free_port
+from harness.processes import unused_port
 from support.otlp import OtlpSink
 
 from gputally.cli.admin import AdminServer
@@ -45,10 +45,9 @@ async def test_check_answers_the_readiness_of_the_moment(env: Env, start_receive
 
 
 async def test_grpc_health_and_readyz_agree_from_start_to_shutdown() -> None:
-    sink = OtlpSink(free_port())  # down at first: the exporter is not ready
-    port = free_port()
+    sink = OtlpSink(unused_port())  # down at first: the exporter is not ready
     config = load_config(yaml.safe_dump({
-        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{port}"}}}},
+        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}},
         "exporters": {"otlphttp": {"endpoint": f"http://127.0.0.1:{sink.port}"}},
         "service": {"pipelines": {"metrics": {"receivers": ["otlp"], "exporters": ["otlphttp"]}},
                     "telemetry": {"metrics": {"address": None}}, "shutdown_timeout": "1s"},
@@ -59,7 +58,7 @@ async def test_grpc_health_and_readyz_agree_from_start_to_shutdown() -> None:
     assert admin.address is not None
     assert await readyz(admin.address) == 503  # starting
     await service.start()
-    address = f"127.0.0.1:{port}"
+    address = service.receivers["otlp"].listening()["grpc"]
     try:
         async def both() -> tuple[int, int] | None:
             """Both answers, when readiness did not change while they were asked."""
