@@ -30,15 +30,38 @@ venv: $(VENV)/.test-installed
 serve: $(VENV)/.serve-installed
 	$(BIN)/gputally serve
 
+# The real servers and tools the tests use, each built or installed by its own script into a
+# cache outside the tree (a current build returns at once). On a fresh machine they run three
+# at a time: vLLM's 3 GB download and the apt installs mostly wait on the network while the Go
+# and C++ compiles keep both CPUs busy. Each build's output is printed whole when it ends.
+HARNESS := vllm apt kube otelcol llamacpp prometheus helm h2spec gotools tinyllama
+.PHONY: $(addprefix harness-,$(HARNESS))
 harness:
-	tests/harness/kube/build.sh
-	tests/harness/otelcol/build.sh
-	tests/harness/prometheus/build.sh
-	tests/harness/helm/build.sh
-	tests/harness/h2spec/build.sh
+	+$(MAKE) --no-print-directory -j3 --output-sync=target $(addprefix harness-,$(HARNESS))
+
+harness-vllm:
 	tests/harness/engines/vllm/build.sh
+harness-llamacpp:
 	tests/harness/engines/llamacpp/build.sh
+# The tiny Llama is made with vLLM's venv and converted with llama.cpp's converter.
+harness-tinyllama: harness-vllm harness-llamacpp
 	tests/harness/engines/tinyllama/build.sh
+harness-kube:
+	tests/harness/kube/build.sh
+harness-otelcol:
+	tests/harness/otelcol/build.sh
+harness-prometheus:
+	tests/harness/prometheus/build.sh
+harness-helm:
+	tests/harness/helm/build.sh
+harness-h2spec:
+	tests/harness/h2spec/build.sh
+# go-test's mdatagen and staticcheck.
+harness-gotools:
+	tests/harness/mdatagen/build.sh
+	tests/harness/staticcheck/build.sh
+# One after another: each may run apt-get, which holds dpkg's lock.
+harness-apt:
 	sh tests/harness/slurm/setup.sh
 	sh tests/harness/image/setup.sh
 	sh tests/harness/systemd/setup.sh
