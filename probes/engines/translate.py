@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from itertools import count
 
 from gputally.probes.core.model import Attributes, AttrValue, Kind, Point
 from gputally.probes.engines.catalog import MODEL
@@ -53,15 +54,9 @@ def translate(mapping: EngineMapping, families: list[Family], *, model: str | No
 
 def indexed(families: list[Family]) -> tuple[list[Family], list[float]]:
     """Families whose sample values are their indices in the returned values (what :func:`plan` reads)."""
-    values: list[float] = []
-    shape = []
-    for family in families:
-        samples = []
-        for sample in family.samples:
-            samples.append(Sample(sample.name, sample.labels, len(values)))
-            values.append(sample.value)
-        shape.append(Family(family.name, family.type, samples))
-    return shape, values
+    index = count()
+    shape = [Family(f.name, f.type, [Sample(s.name, s.labels, next(index)) for s in f.samples]) for f in families]
+    return shape, [s.value for f in families for s in f.samples]
 
 
 def plan(mapping: EngineMapping, families: list[Family], *, model: str | None) -> Plan:
@@ -169,19 +164,24 @@ def _histogram_series(family: Family) -> list[Series]:
     """A histogram family's series, in the order they first appear; raises for a bucket
     without a valid ``le``, which the family's check would meet before any other."""
     buckets: dict[LabelKey, list[tuple[float, int]]] = {}
-    sums: dict[LabelKey, int] = {}
+    sums: dict[LabelKey, int] = {}  # its keys keep the order series first appear in, by bucket or sum
+    rest_before: dict[str, str] | None = None  # a series' buckets come one after another:
+    current: list[tuple[float, int]] = []  # its key is made again only when its labels change
     for sample in family.samples:
         if sample.name.endswith("_bucket"):
             rest = sample.labels.copy()
             le = rest.pop("le", None)
+            if rest != rest_before:
+                rest_before, key = rest, _key(rest)
+                current = buckets.setdefault(key, [])
+                sums.setdefault(key, -1)
             try:
                 bound = float(le)  # type: ignore[arg-type]
             except (TypeError, ValueError):
                 bound = math.nan
             if bound != bound:  # NaN: no bound at all
                 raise ExpositionError(f"{sample.name} has a bucket without a valid 'le' label: {le!r}")
-            buckets.setdefault(_key(rest), []).append((bound, int(sample.value)))
-            sums.setdefault(_key(rest), -1)  # keeps the order of first appearance with the sums'
+            current.append((bound, int(sample.value)))
         elif sample.name.endswith("_sum"):
             sums[_key(sample.labels)] = int(sample.value)
     series = []
