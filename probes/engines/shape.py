@@ -7,7 +7,8 @@ and looks the heads up: a shape seen before has its families parsed and its mapp
 (:func:`~gputally.probes.engines.translate.plan`) already, and the read costs the scan and
 the values. A new shape is parsed as the full path parses its lines
 (:func:`~gputally.probes.engines.exposition.parse_lines`), each value stood in for by its
-index, so the plan knows where each value goes; a value never changes what a line parses to.
+line's index, so it is known where each sample's value is; a value never changes what a line
+parses to.
 
 Anything the scan does not take, or a shape whose lines do not parse, goes the full way
 (:func:`~gputally.probes.engines.exposition.parse`), which is the reference, errors
@@ -23,12 +24,14 @@ or one that writes thousands, costs what every read cost before, and no more mem
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from gputally.probes.engines.exposition import ExpositionError, Split, parse_lines
 from gputally.probes.engines.mappings.base import EngineMapping
 from gputally.probes.engines.plan import Plan
 from gputally.probes.engines.scrape import ScrapeLimits
 from gputally.probes.engines.textformat import Family
-from gputally.probes.engines.translate import indexed, needs_model, plan
+from gputally.probes.engines.translate import needs_model, plan, values_of
 
 __all__ = ["MOST_SAMPLES", "MOST_SAMPLES_ONE", "Shape", "read", "read_full"]
 
@@ -39,17 +42,27 @@ _Key = tuple[str, tuple[bytes, ...], tuple[int, ...], tuple[bytes, ...]]
 
 
 class Shape:
-    """One exposition's wanted families without their values (each sample's value is its
-    index in a read's values), and their plans, one per served-model name given."""
+    """One exposition's wanted families (their values aside) and their plans, one per
+    served-model name given."""
 
-    def __init__(self, mapping: EngineMapping, families: list[Family]) -> None:
+    def __init__(self, mapping: EngineMapping, families: list[Family], order: list[int] | None = None) -> None:
+        """``order``: where each sample (in the families' order) finds its value in a read's
+        values; None: in that same order."""
         self.mapping = mapping
         self.families = families
         self.needs_model = needs_model(mapping, families)
         """Whether some series names no served model (so one must be asked)."""
-        self.most_labels = max((len(s.labels) for f in families for s in f.samples), default=0)
         self.samples = sum(len(f.samples) for f in families)
+        self._order = order
         self._plans: dict[str | None, Plan] = {}
+
+    @cached_property
+    def most_labels(self) -> int:
+        return max((len(s.labels) for f in self.families for s in f.samples), default=0)
+
+    def values(self, read: list[float]) -> list[float]:
+        """A read's values (a split's: in the order of its lines) in the order the plans read them."""
+        return read if self._order is None else list(map(read.__getitem__, self._order))
 
     def plan(self, model: str | None) -> Plan:
         found = self._plans.get(model)
@@ -73,7 +86,7 @@ def read(mapping: EngineMapping, body: bytes, limits: ScrapeLimits) -> tuple[Sha
     if split is not None:
         shape = _shape(mapping, split, limits)
         if shape is not None:
-            return shape, split.values
+            return shape, shape.values(split.values)
     if lines is None:
         lines = mapping.selector.lines(body, limits)
     return _full(mapping, lines, limits)
@@ -85,8 +98,8 @@ def read_full(mapping: EngineMapping, body: bytes, limits: ScrapeLimits) -> tupl
 
 
 def _full(mapping: EngineMapping, lines: list[bytes], limits: ScrapeLimits) -> tuple[Shape, list[float]]:
-    families, values = indexed(parse_lines(lines, limits))
-    return Shape(mapping, families), values
+    families = parse_lines(lines, limits)
+    return Shape(mapping, families), values_of(families)
 
 
 def _shape(mapping: EngineMapping, split: Split, limits: ScrapeLimits) -> Shape | None:
@@ -96,9 +109,13 @@ def _shape(mapping: EngineMapping, split: Split, limits: ScrapeLimits) -> Shape 
     shape = _kept.get(key)
     if shape is None:
         try:
-            shape = Shape(mapping, parse_lines(split.lines(), limits))
+            families = parse_lines(split.lines(), limits)  # each value its line's index in the split
         except ExpositionError:
             return None
+        order = [int(value) for value in values_of(families)]
+        if sorted(order) != list(range(len(split.values))):
+            return None  # not one sample a line (the reference parser's doing): the full way
+        shape = Shape(mapping, families, None if order == sorted(order) else order)
         _kept.put(key, shape)
     elif shape.most_labels > limits.max_labels_per_series:
         return None

@@ -9,8 +9,8 @@ where it writes none the start is left to the caller's
 
 It is done in two steps, because between two reads of one engine only the values move:
 :func:`plan` walks the families' names, types and labels once and writes down what goes where,
-by each sample's index in the values (a :class:`~gputally.probes.engines.plan.Plan`), and the
-plan is run on the values. A read whose exposition has the shape of an earlier one reuses its
+by each sample's place among the families' samples (a
+:class:`~gputally.probes.engines.plan.Plan`), and the plan is run on the values. A read whose exposition has the shape of an earlier one reuses its
 plan (:mod:`~gputally.probes.engines.shape`) and costs the values alone. Every check and error of
 the mapping keeps its place in the plan, so the first error a read meets is the one it always met.
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from itertools import count
 
 from gputally.probes.core.model import Attributes, AttrValue, Kind, Point
 from gputally.probes.engines.catalog import MODEL
@@ -28,9 +27,9 @@ from gputally.probes.engines.mappings.base import EngineMapping, Rule
 from gputally.probes.engines.model import HistogramPoint
 from gputally.probes.engines.plan import (AddHistogram, Buckets, Check, Key, LabelKey, Part, Plan, Raise, Series,
                                           Step, SummaryPart, Value)
-from gputally.probes.engines.textformat import Family, Sample
+from gputally.probes.engines.textformat import Family
 
-__all__ = ["indexed", "needs_model", "plan", "translate"]
+__all__ = ["needs_model", "plan", "translate", "values_of"]
 
 
 def needs_model(mapping: EngineMapping, families: Iterable[Family]) -> bool:
@@ -48,27 +47,27 @@ def translate(mapping: EngineMapping, families: list[Family], *, model: str | No
               ) -> tuple[list[Point], list[HistogramPoint]]:
     """The contract's points of one exposition. ``model`` names the served model for series
     whose labels name none; without it such a series is an :class:`ExpositionError`."""
-    shape, values = indexed(families)
-    return plan(mapping, shape, model=model).run(values)
+    return plan(mapping, families, model=model).run(values_of(families))
 
 
-def indexed(families: list[Family]) -> tuple[list[Family], list[float]]:
-    """Families whose sample values are their indices in the returned values (what :func:`plan` reads)."""
-    index = count()
-    shape = [Family(f.name, f.type, [Sample(s.name, s.labels, next(index)) for s in f.samples]) for f in families]
-    return shape, [s.value for f in families for s in f.samples]
+def values_of(families: list[Family]) -> list[float]:
+    """The families' sample values, in the order a :class:`Plan` reads them."""
+    return [sample.value for family in families for sample in family.samples]
 
 
 def plan(mapping: EngineMapping, families: list[Family], *, model: str | None) -> Plan:
-    """The plan of families whose sample values are indices (:func:`indexed`). ``model``
-    names the served model for series whose labels name none."""
+    """The plan of ``families``, their values aside: a run reads each sample's value at its
+    place among the families' samples, in order (:func:`values_of`). ``model`` names the
+    served model for series whose labels name none."""
     created: dict[tuple[str, LabelKey], int] = {}
-    by_family: dict[str, list[Family]] = {}
+    by_family: dict[str, list[tuple[Family, int]]] = {}
+    at = 0
     for family in families:
-        for sample in family.samples:
+        for index, sample in enumerate(family.samples, at):
             if sample.name.endswith("_created"):
-                created[(sample.name[: -len("_created")], _key(sample.labels))] = int(sample.value)
-        by_family.setdefault(_norm(family.name), []).append(family)
+                created[(sample.name[: -len("_created")], _key(sample.labels))] = index
+        by_family.setdefault(_norm(family.name), []).append((family, at))
+        at += len(family.samples)
     averaged = {rule.metric for rule in mapping.rules if rule.average}
     steps: list[Step] = []
     slots: dict[Key, int] = {}
@@ -79,15 +78,16 @@ def plan(mapping: EngineMapping, families: list[Family], *, model: str | None) -
     return Plan(tuple(steps), tuple(slots), tuple(metric in averaged for metric, _ in slots))
 
 
-def _steps(mapping: EngineMapping, by_family: dict[str, list[Family]], created: dict[tuple[str, LabelKey], int],
+def _steps(mapping: EngineMapping, by_family: dict[str, list[tuple[Family, int]]],
+           created: dict[tuple[str, LabelKey], int],
            model: str | None, steps: list[Step], slots: dict[Key, int]) -> None:
     checked: set[int] = set()
     bounds_of: dict[Key, tuple[float, ...]] = {}
     for rule in mapping.rules:
-        for family in by_family.get(_norm(rule.family), ()):
+        for family, at in by_family.get(_norm(rule.family), ()):
             base = _norm(family.name)
             if family.type == "histogram":
-                series = _histogram_series(family)
+                series = _histogram_series(family, at)
                 if id(family) not in checked:  # a second rule's check of the same values cannot fail
                     checked.add(id(family))
                     steps.append(Check(family.name, tuple(series)))
@@ -108,19 +108,19 @@ def _steps(mapping: EngineMapping, by_family: dict[str, list[Family]], created: 
                     elif rule.part in ("sum", "count") and rule.metric.kind is not Kind.HISTOGRAM:
                         steps.append(Part(slot, one, rule.part == "count", rule.scale, start))
             elif family.type == "summary" and rule.part in ("sum", "count"):
-                for labels, (total, count) in _summary_series(family).items():
+                for labels, (total, count) in _summary_series(family, at).items():
                     if _selected(mapping, rule, labels):
                         key, error = _attributes_or_error(mapping, rule, labels, model)
                         steps.append(SummaryPart(slots.setdefault(key, len(slots)), total, count, rule.part, rule.scale,
                                                   created.get((base, labels)), error))
             elif rule.part == "value" and rule.metric.kind is not Kind.HISTOGRAM:
                 counter = rule.metric.kind is Kind.COUNTER
-                for sample in family.samples:
+                for index, sample in enumerate(family.samples, at):
                     labels = _key(sample.labels)
                     if sample.name.endswith("_created") or not _selected(mapping, rule, labels):
                         continue
                     key, error = _attributes_or_error(mapping, rule, labels, model)
-                    steps.append(Value(slots.setdefault(key, len(slots)), int(sample.value), rule.scale, counter,
+                    steps.append(Value(slots.setdefault(key, len(slots)), index, rule.scale, counter,
                                         created.get((base, labels)) if counter else None, error))
 
 
@@ -160,14 +160,14 @@ def _attributes_or_error(mapping: EngineMapping, rule: Rule, labels: LabelKey, m
         return (rule.metric, ()), str(exc)
 
 
-def _histogram_series(family: Family) -> list[Series]:
+def _histogram_series(family: Family, at: int) -> list[Series]:
     """A histogram family's series, in the order they first appear; raises for a bucket
     without a valid ``le``, which the family's check would meet before any other."""
     buckets: dict[LabelKey, list[tuple[float, int]]] = {}
     sums: dict[LabelKey, int] = {}  # its keys keep the order series first appear in, by bucket or sum
     rest_before: dict[str, str] | None = None  # a series' buckets come one after another:
     current: list[tuple[float, int]] = []  # its key is made again only when its labels change
-    for sample in family.samples:
+    for index, sample in enumerate(family.samples, at):
         if sample.name.endswith("_bucket"):
             rest = sample.labels.copy()
             le = rest.pop("le", None)
@@ -181,9 +181,9 @@ def _histogram_series(family: Family) -> list[Series]:
                 bound = math.nan
             if bound != bound:  # NaN: no bound at all
                 raise ExpositionError(f"{sample.name} has a bucket without a valid 'le' label: {le!r}")
-            current.append((bound, int(sample.value)))
+            current.append((bound, index))
         elif sample.name.endswith("_sum"):
-            sums[_key(sample.labels)] = int(sample.value)
+            sums[_key(sample.labels)] = index
     series = []
     for labels, at in sums.items():
         pairs = sorted(buckets.get(labels, ()))
@@ -194,12 +194,12 @@ def _histogram_series(family: Family) -> list[Series]:
     return series
 
 
-def _summary_series(family: Family) -> dict[LabelKey, tuple[int | None, int | None]]:
+def _summary_series(family: Family, at: int) -> dict[LabelKey, tuple[int | None, int | None]]:
     """A summary's ``_sum`` and ``_count`` indices per series (a Rust or Go exporter writes a
     histogram without configured buckets as one); the finite ones count, on each run."""
     found: dict[LabelKey, list[int | None]] = {}
-    for sample in family.samples:
-        for index, suffix in enumerate(("_sum", "_count")):
+    for index, sample in enumerate(family.samples, at):
+        for part, suffix in enumerate(("_sum", "_count")):
             if sample.name.endswith(suffix):
-                found.setdefault(_key(sample.labels), [None, None])[index] = int(sample.value)
+                found.setdefault(_key(sample.labels), [None, None])[part] = index
     return {labels: (pair[0], pair[1]) for labels, pair in found.items()}
