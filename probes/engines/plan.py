@@ -1,8 +1,8 @@
 """A plan: the steps that turn one exposition's values into the contract's points.
 
 :func:`~gputally.probes.engines.translate.plan` writes a plan from an exposition's shape (its
-families' names, types and labels, each sample's value standing for its index); :meth:`Plan.run`
-applies it to a read's values. The steps are the mapping's, in its order, with every check
+families' names, types and labels; a sample is known by its place among the families'
+samples); :meth:`Plan.run` applies it to a read's values, in that order. The steps are the mapping's, in its order, with every check
 and error where the mapping meets it: a value that is NaN, negative or not cumulative is
 judged on each run, an error the shape makes certain is a :class:`Raise` step.
 """
@@ -79,7 +79,7 @@ class Buckets:
 
     bounds: tuple[float, ...]
     order: tuple[int, ...]
-    """Value indices in the bounds' order."""
+    """Value indices in the bounds' order (tied bounds in the order their lines came)."""
     tied: bool
     """Two buckets have one bound: those are ordered by count on each run, as sorting
     (bound, count) pairs does."""
