@@ -3,7 +3,10 @@
 The target (issue 33) is under 2 ms of CPU per engine per cycle. Two figures per engine, on the
 expositions of tests/fixtures/engines (vLLM's is the size and shape of a real one, ~35 KB):
 
-- ``map``: ``reading_from_exposition`` alone (find the wanted lines, parse, map);
+- ``map``: ``reading_from_exposition`` alone (find the wanted lines, parse, map), in the steady
+  state: the exposition's shape is known from the read before, so only its values are read;
+- ``full``: the same the full way, every wanted line parsed and mapped (an endpoint's first read,
+  a shape that changed, or an exposition outside the plain form);
 - ``read``: ``read_endpoint`` against a loopback HTTP server in this process that answers with
   the same exposition (connect, h11 exchange, parse, map); the server's own CPU is measured
   apart (a stub that writes a prepared answer) and subtracted.
@@ -21,7 +24,7 @@ import gzip
 import time
 from pathlib import Path
 
-from gputally.probes.engines import textformat
+from gputally.probes.engines import shape, textformat
 from gputally.probes.engines.mappings import MAPPINGS
 from gputally.probes.engines.model import ENGINES, Endpoint
 from gputally.probes.engines.read import ServedModels, read_endpoint, reading_from_exposition
@@ -88,7 +91,7 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=300)
     args = parser.parse_args()
     print(f"load average: {open('/proc/loadavg').read().split()[:3]}")
-    print(f"{'engine':9} {'bytes':>7} {'lines':>6} {'points':>6} {'map ms':>7} {'ref ms':>7} "
+    print(f"{'engine':9} {'bytes':>7} {'lines':>6} {'points':>6} {'map ms':>7} {'full ms':>7} {'ref ms':>7} "
           f"{'read ms':>8} {'gzip ms':>8}")
     for name in ENGINES:
         body = (FIXTURES / f"{name}.txt").read_bytes()
@@ -98,12 +101,19 @@ def main() -> None:
         text = b"\n".join(lines).decode()
         reading = reading_from_exposition(endpoint, body, limits=LIMITS)
         mapped = cpu_ms(lambda: reading_from_exposition(endpoint, body, limits=LIMITS), args.reads)
+
+        def full() -> None:
+            found, values = shape.read_full(mapping, body, LIMITS)
+            found.plan("bench").run(values)
+
+        whole = cpu_ms(full, args.reads)
         reference = cpu_ms(lambda: textformat._reference(text), max(20, args.reads // 10))
         plain_total, plain_base = asyncio.run(loopback_ms(body, args.reads, gzipped=False))
         gzip_total, gzip_base = asyncio.run(loopback_ms(body, args.reads, gzipped=True))
         print(f"{name:9} {len(body):7} {len(lines):6} {len(reading.points) + len(reading.histograms):6} "
-              f"{mapped:7.3f} {reference:7.3f} {plain_total - plain_base:8.3f} {gzip_total - gzip_base:8.3f}")
-    print("map: reading_from_exposition; ref: prometheus_client's parse of the same lines alone; "
+              f"{mapped:7.3f} {whole:7.3f} {reference:7.3f} {plain_total - plain_base:8.3f} {gzip_total - gzip_base:8.3f}")
+    print("map: reading_from_exposition (its shape known); full: the same, every line parsed and mapped; "
+          "ref: prometheus_client's parse of the same lines alone; "
           "read/gzip: read_endpoint over loopback, the server's CPU subtracted (ms of CPU per read)")
 
 

@@ -13,12 +13,11 @@ import asyncio
 import json
 from collections import OrderedDict
 
-from gputally.probes.engines.exposition import ExpositionError, parse
+from gputally.probes.engines import shape
+from gputally.probes.engines.exposition import ExpositionError
 from gputally.probes.engines.mappings import MAPPINGS, EngineMapping, identify
 from gputally.probes.engines.model import ENGINES, Connect, Endpoint, EngineReading
 from gputally.probes.engines.scrape import ScrapeError, ScrapeLimits, get
-from gputally.probes.engines.textformat import Family
-from gputally.probes.engines.translate import needs_model, translate
 
 __all__ = ["ENGINE", "ServedModels", "read_endpoint", "reading_from_exposition"]
 
@@ -54,15 +53,15 @@ async def read_endpoint(endpoint: Endpoint, *, limits: ScrapeLimits, connect: Co
         async with asyncio.timeout(limits.timeout_s):
             body = await get(endpoint, endpoint.path, limits=limits, connect=connect, max_bytes=limits.max_body_bytes,
                              max_line=limits.max_line_bytes)
-            mapping, families = _parsed(endpoint, body, limits)
+            mapping, found, values = _parsed(endpoint, body, limits)
             model = endpoint.model
-            if model is None and needs_model(mapping, families):
+            if model is None and found.needs_model:
                 model = models.get(endpoint) if models is not None else None
                 if model is None:
                     model = await _ask_model(endpoint, mapping, limits, connect)
                     if models is not None:
                         models.put(endpoint, model)
-            return _reading(endpoint, mapping, families, model)
+            return _reading(endpoint, mapping, found, values, model)
     except TimeoutError:
         raise ScrapeError(endpoint, f"no complete answer within {limits.timeout_s:g} s") from None
 
@@ -71,11 +70,11 @@ def reading_from_exposition(endpoint: Endpoint, body: bytes, *, limits: ScrapeLi
                             model: str | None = None) -> EngineReading:
     """The reading of an exposition already in hand (no socket). ``model`` names the served
     model where neither the engine's labels nor ``endpoint.model`` do."""
-    mapping, families = _parsed(endpoint, body, limits)
-    return _reading(endpoint, mapping, families, endpoint.model or model)
+    mapping, found, values = _parsed(endpoint, body, limits)
+    return _reading(endpoint, mapping, found, values, endpoint.model or model)
 
 
-def _parsed(endpoint: Endpoint, body: bytes, limits: ScrapeLimits) -> tuple[EngineMapping, list[Family]]:
+def _parsed(endpoint: Endpoint, body: bytes, limits: ScrapeLimits) -> tuple[EngineMapping, shape.Shape, list[float]]:
     if endpoint.engine is not None:
         mapping = MAPPINGS.get(endpoint.engine)
         if mapping is None:
@@ -89,14 +88,15 @@ def _parsed(endpoint: Endpoint, body: bytes, limits: ScrapeLimits) -> tuple[Engi
                                         f"({', '.join(ENGINES)}): {_peek(body)}")
         mapping = found
     try:
-        return mapping, parse(body, mapping.selector, limits)
+        return (mapping, *shape.read(mapping, body, limits))
     except ExpositionError as exc:
         raise ScrapeError(endpoint, str(exc)) from None
 
 
-def _reading(endpoint: Endpoint, mapping: EngineMapping, families: list[Family], model: str | None) -> EngineReading:
+def _reading(endpoint: Endpoint, mapping: EngineMapping, found: shape.Shape, values: list[float],
+             model: str | None) -> EngineReading:
     try:
-        points, histograms = translate(mapping, families, model=model)
+        points, histograms = found.plan(model).run(values)
     except ExpositionError as exc:
         raise ScrapeError(endpoint, str(exc)) from None
     return EngineReading(endpoint=endpoint, engine=mapping.engine, points=points,

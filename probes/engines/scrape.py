@@ -15,6 +15,7 @@ open it from inside a pod's network namespace.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import zlib
 from dataclasses import dataclass
@@ -127,15 +128,7 @@ def _os_cause(exc: OSError) -> str:
 async def _exchange(endpoint: Endpoint, path: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                     limits: ScrapeLimits, max_bytes: int, max_line: int | None) -> bytes:
     conn = h11.Connection(our_role=h11.CLIENT, max_incomplete_event_size=limits.max_header_bytes)
-    host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
-    request = h11.Request(method="GET", target=path, headers=[
-        ("Host", f"{host}:{endpoint.port}"),
-        ("User-Agent", _USER_AGENT),
-        ("Accept", "text/plain;version=0.0.4;q=1,*/*;q=0.1"),
-        ("Accept-Encoding", "gzip"),
-        ("Connection", "close"),
-    ])
-    writer.write(conn.send(request) + conn.send(h11.EndOfMessage()))
+    writer.write(conn.send(_request(endpoint.host, endpoint.port, path)) + conn.send(h11.EndOfMessage()))
     await writer.drain()
     body = _Body(endpoint, path, max_bytes, max_line)
     while True:
@@ -152,6 +145,20 @@ async def _exchange(endpoint: Endpoint, path: str, reader: asyncio.StreamReader,
             return body.finish()
         else:  # ConnectionClosed before the end, or PAUSED: neither can come before EndOfMessage
             raise ScrapeError(endpoint, f"the answer to GET {path} ended early")
+
+
+@functools.lru_cache(maxsize=1024)
+def _request(host: str, port: int, path: str) -> h11.Request:
+    """The GET of ``path``: the same each cycle, and h11's events are immutable, so it is
+    checked and built once (a sixth of h11's work on an exchange)."""
+    authority = f"[{host}]" if ":" in host else host
+    return h11.Request(method="GET", target=path, headers=[
+        ("Host", f"{authority}:{port}"),
+        ("User-Agent", _USER_AGENT),
+        ("Accept", "text/plain;version=0.0.4;q=1,*/*;q=0.1"),
+        ("Accept-Encoding", "gzip"),
+        ("Connection", "close"),
+    ])
 
 
 class _Body:

@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Literal
 
 from gputally.probes.core.model import Attributes, MetricDef
-from gputally.probes.engines.exposition import Selector, line_starts
+from gputally.probes.engines.exposition import Scanner, Selector, line_starts
 
 __all__ = ["EngineMapping", "Rule"]
 
@@ -67,6 +67,10 @@ class EngineMapping:
     @cached_property
     def selector(self) -> Selector:
         return Selector.of(rule.family for rule in self.rules)
+
+    @cached_property
+    def scanner(self) -> Scanner:
+        return Scanner(rule.family for rule in self.rules)
 
     @cached_property
     def marker(self) -> re.Pattern[bytes]:
