@@ -25,6 +25,7 @@ from gputally.util.backoff import Backoff
 
 from . import hpack
 from .client_connection import ClientConnection
+from .connection import READ_SIZE
 from .limits import Limits
 from .grpc import (
     GrpcError,
@@ -66,6 +67,8 @@ class Channel:
         self._target = parse_target(target)
         self.max_response = MAX_RESPONSE
         """Largest response message read."""
+        self.read_buffer = bytearray(READ_SIZE)
+        """What the channel's connections read into (see :mod:`.connection`)."""
         self.connection_limits = Limits(keepalive_time=keepalive_time, keepalive_timeout=keepalive_timeout, read_timeout=0)
         self.keepalive_without_calls = keepalive_permit_without_stream
         """Keepalive PINGs go even while no call is in flight."""

@@ -56,7 +56,7 @@ class ClientConnection(Connection):
     client = True
 
     def __init__(self, channel: Channel) -> None:
-        super().__init__(limits=channel.connection_limits)
+        super().__init__(read_buffer=channel.read_buffer, limits=channel.connection_limits)
         self._channel = channel
         self._next_stream = 1
         self._calls: dict[int, Pending] = {}

@@ -22,6 +22,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 
 from gputally.logthrottle import LogThrottle
 
+from .connection import READ_SIZE
 from .calls import Method, StreamingHandler, TooLargeHandler, UnaryHandler
 from .limits import Limits
 from .serving import ServerConnection
@@ -49,6 +50,8 @@ class Server:
     ) -> None:
         self._methods = dict(methods)
         self.limits = limits or Limits()
+        self.read_buffer = bytearray(READ_SIZE)
+        """What every connection of this server reads into (see :mod:`.connection`)."""
         self._throttle = LogThrottle(log)
         """One WARNING line a minute per limit hit, naming the peer (the next one says how many
         more there were)."""

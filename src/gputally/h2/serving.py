@@ -63,7 +63,7 @@ class ServerConnection(Connection):
     client = False
 
     def __init__(self, server: Server) -> None:
-        super().__init__(limits=server.limits)
+        super().__init__(read_buffer=server.read_buffer, limits=server.limits)
         self._server = server
         self._calls: dict[int, Call] = {}
         self._last_stream = 0
