@@ -354,6 +354,46 @@ class GputallyProcess:
             return "(no log)"
 
 
+def scale_out_start(
+    otelcol: Callable[..., Any], replicas: list[GputallyProcess], workdir: Path, out: Path, *,
+    replica: Callable[[int], Mapping[str, Any]], front: Callable[[Any], Mapping[str, Any]] | None = None,
+) -> Callable[[Any], Any]:
+    """``start(ports)`` for ``start_on_ports``: the scale-out shape (collector-config/scale-out/)
+    with two ``gputally serve`` replicas on port 0, then the front collector, told their ports
+    and writing ``metrics/attributed`` and ``logs`` to ``out``. The replicas export to the
+    collector's otlp/gputally receiver, so they are told its port (``ports["return"]``) first:
+    when another process took it, everything is started again. ``replica(n)`` is replica
+    ``n``'s config changes beyond its listeners; ``front(ports)`` the collector's. ``replicas`` holds
+    the replicas started (the test stops them)."""
+
+    def start(ports: Any) -> Any:
+        replicas.clear()
+        try:
+            for n in range(2):
+                replicas.append(GputallyProcess(override(shipped("scale-out", "gputally.yaml"), {
+                    "receivers.otlp.protocols.grpc.endpoint": "127.0.0.1:0",
+                    "service.telemetry.metrics.address": "127.0.0.1:0",
+                    **replica(n),
+                }), workdir / f"replica-{n}", name=f"replica-{n}", env={
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{ports['return']}",
+                }).start())
+            config = file_backend(override(shipped("scale-out", "otelcol.yaml"), {
+                "receivers.otlp.protocols.grpc.endpoint": "127.0.0.1:0",
+                "receivers.otlp/gputally.protocols.grpc.endpoint": f"127.0.0.1:{ports['return']}",
+                # No DNS here: the replicas by address.
+                "exporters.loadbalancing.resolver": {"static": {"hostnames": [
+                    f"127.0.0.1:{r.port('grpc')}" for r in replicas]}},
+                **(front(ports) if front is not None else {}),
+            }), out, ["metrics/attributed", "logs"])
+            return otelcol(lambda _: config, name="front", ports=ports)
+        except BaseException:  # PortTaken (started again), or the test fails
+            for r in replicas:
+                r.stop()
+            raise
+
+    return start
+
+
 def prometheus_counters(url: str, prefix: str) -> dict[str, float]:
     """Sum of each Prometheus series whose name starts with ``prefix`` at ``url``, by
     ``name{labels}`` as written."""

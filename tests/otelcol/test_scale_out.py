@@ -22,24 +22,22 @@ from typing import Any
 import grpc
 from harness.kube.cluster import KubeCluster
 from harness.otelcol.collector import Otelcol
-from harness.processes import Ports, start_on_ports
+from harness.processes import start_on_ports
 
 from tests.otelcol.shapes import (
     METRICS_EXPORT,
     GputallyProcess,
     Key,
     added_keys,
-    file_backend,
     file_points,
     file_resources,
     h200_recording,
-    override,
     prometheus_counters,
     quiet,
     replay_requests,
     request_points,
     retimed,
-    shipped,
+    scale_out_start,
     wait_until,
 )
 
@@ -59,39 +57,17 @@ async def test_two_replicas_share_the_load_and_one_can_go_away(
     out = tmp_path / "backend.json"
     replicas: list[GputallyProcess] = []
 
-    def start(ports: Ports) -> Otelcol:
-        """The replicas on port 0, then the collector, which must be told their ports; they
-        export to its otlp/gputally receiver, so they must be told its port first: picked,
-        and all of them started again when another process took it (or the telemetry's)."""
-        replicas.clear()
-        try:
-            for n in range(2):
-                replicas.append(GputallyProcess(override(shipped("scale-out", "gputally.yaml"), {
-                    "receivers.otlp.protocols.grpc.endpoint": "127.0.0.1:0",
-                    "processors.k8s.kubeconfig": str(kube_cluster.limited_kubeconfig),
-                    "service.telemetry.metrics.address": "127.0.0.1:0",
-                    "service.shutdown_timeout": "10s",
-                }), tmp_path / f"replica-{n}", name=f"replica-{n}", env={
-                    "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{ports['return']}",
-                }).start())
-            front_config = file_backend(override(shipped("scale-out", "otelcol.yaml"), {
-                "receivers.otlp.protocols.grpc.endpoint": "127.0.0.1:0",
-                "receivers.otlp/gputally.protocols.grpc.endpoint": f"127.0.0.1:{ports['return']}",
-                # No DNS here: the replicas by address.
-                "exporters.loadbalancing.resolver": {"static": {"hostnames": [
-                    f"127.0.0.1:{replica.port('grpc')}" for replica in replicas]}},
-                "exporters.loadbalancing.retry_on_failure": {
-                    "initial_interval": "100ms", "max_interval": "500ms", "max_elapsed_time": "3s",
-                },
-                "service.telemetry.metrics": {"level": "detailed", "readers": [
-                    {"pull": {"exporter": {"prometheus": {"host": "127.0.0.1", "port": ports["telemetry"]}}}},
-                ]},
-            }), out, ["metrics/attributed", "logs"])
-            return otelcol(lambda _: front_config, name="front", ports=ports)
-        except BaseException:  # PortTaken (started again), or the test fails
-            for replica in replicas:
-                replica.stop()
-            raise
+    start = scale_out_start(otelcol, replicas, tmp_path, out, replica=lambda n: {
+        "processors.k8s.kubeconfig": str(kube_cluster.limited_kubeconfig),
+        "service.shutdown_timeout": "10s",
+    }, front=lambda ports: {
+        "exporters.loadbalancing.retry_on_failure": {
+            "initial_interval": "100ms", "max_interval": "500ms", "max_elapsed_time": "3s",
+        },
+        "service.telemetry.metrics": {"level": "detailed", "readers": [
+            {"pull": {"exporter": {"prometheus": {"host": "127.0.0.1", "port": ports["telemetry"]}}}},
+        ]},
+    })
 
     front = start_on_ports(start, what="the scale-out collector and its replicas")
     front_port, telemetry_port = front.port("otlp"), front.ports["telemetry"]

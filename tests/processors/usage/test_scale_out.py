@@ -20,17 +20,15 @@ from typing import Any
 import grpc
 from harness.kube.cluster import KubeCluster
 from harness.otelcol.collector import Otelcol
-from harness.processes import Ports, start_on_ports
+from harness.processes import start_on_ports
 
 from tests.otelcol.shapes import (
     METRICS_EXPORT,
     GputallyProcess,
-    file_backend,
     file_resources,
     metrics_of,
-    override,
     points_of,
-    shipped,
+    scale_out_start,
     wait_until,
 )
 from tests.processors.usage.series import (
@@ -62,35 +60,13 @@ async def test_each_gpu_is_counted_whole_by_one_replica(
     out = tmp_path / "backend.json"
     replicas: list[GputallyProcess] = []
 
-    def start(ports: Ports) -> Otelcol:
-        """The replicas (on port 0) before the collector, whose first connections would
-        otherwise back off; they export to its otlp/gputally receiver, so they are told its
-        port first: picked, and all started again when another process took it."""
-        replicas.clear()
-        try:
-            for n in range(2):
-                replicas.append(GputallyProcess(override(shipped("scale-out", "gputally.yaml"), {
-                    "receivers.otlp.protocols.grpc.endpoint": "127.0.0.1:0",
-                    "processors.k8s.kubeconfig": str(kube_cluster.limited_kubeconfig),
-                    "extensions.file_storage.directory": str(tmp_path / f"usage-{n}"),
-                    "processors.usage.instance_id": f"replica-{n}",
-                    "processors.usage.emit_interval": "1s",
-                    "processors.usage.settle": "300ms",
-                    "service.telemetry.metrics.address": "127.0.0.1:0",
-                }), tmp_path / f"replica-{n}", name=f"replica-{n}", env={
-                    "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{ports['return']}",
-                }).start())
-            config = file_backend(override(shipped("scale-out", "otelcol.yaml"), {
-                "receivers.otlp.protocols.grpc.endpoint": "127.0.0.1:0",
-                "receivers.otlp/gputally.protocols.grpc.endpoint": f"127.0.0.1:{ports['return']}",
-                "exporters.loadbalancing.resolver": {"static": {"hostnames": [
-                    f"127.0.0.1:{replica.port('grpc')}" for replica in replicas]}},
-            }), out, ["metrics/attributed", "logs"])
-            return otelcol(lambda _: config, name="front", ports=ports)
-        except BaseException:  # PortTaken (started again), or the test fails
-            for replica in replicas:
-                replica.stop()
-            raise
+    start = scale_out_start(otelcol, replicas, tmp_path, out, replica=lambda n: {
+        "processors.k8s.kubeconfig": str(kube_cluster.limited_kubeconfig),
+        "extensions.file_storage.directory": str(tmp_path / f"usage-{n}"),
+        "processors.usage.instance_id": f"replica-{n}",
+        "processors.usage.emit_interval": "1s",
+        "processors.usage.settle": "300ms",
+    })
 
     front_port = start_on_ports(start, what="the scale-out collector and its replicas").port("otlp")
     try:
