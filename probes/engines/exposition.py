@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from gputally.probes.engines.scrape import ScrapeLimits
 from gputally.probes.engines.textformat import Family, families
 
-__all__ = ["HELP_OR_TYPE", "TYPE_ONLY", "ExpositionError", "Scanner", "Selector", "Split", "line_starts", "parse",
+__all__ = ["HELP_OR_TYPE", "TYPE_ONLY", "ExpositionError", "Scanner", "Selector", "Split", "line_starts", "most_types", "parse",
            "parse_lines"]
 
 _SUFFIXES = ("_total", "_created", "_bucket", "_sum", "_count")
@@ -66,6 +66,12 @@ def _line_of(body: bytes, start: int, comment: re.Pattern[bytes]) -> int:
     return line if comment.fullmatch(body, line, start) is not None else -1
 
 
+def most_types(families: int) -> int:
+    """How many ``# TYPE`` lines ``families`` families may have: each one's, its ``_created``
+    family's (prometheus_client writes one), and then some."""
+    return 4 * families + 16
+
+
 class ExpositionError(ValueError):
     """The wanted lines break a limit or are not a Prometheus exposition (the reader adds the endpoint)."""
 
@@ -81,19 +87,23 @@ class Selector:
     """
 
     pattern: re.Pattern[bytes]
+    most_types: int
+    """More ``# TYPE`` lines than this for the families read is an error: a declaration
+    repeated a hundred thousand times costs the reference parser seconds, and no sample."""
 
     @classmethod
     def of(cls, families: Iterable[str]) -> Selector:
         names = sorted({name.removesuffix("_total") for name in families}, key=len, reverse=True)
         alternatives = b"|".join(re.escape(name.encode()) for name in names)
         suffixes = b"|".join(s.encode() for s in _SUFFIXES)
-        return cls(re.compile(rb"(?:" + alternatives + rb")(?:" + suffixes + rb")?(?=[ \t{]|\r?$)", re.MULTILINE))
+        return cls(re.compile(rb"(?:" + alternatives + rb")(?:" + suffixes + rb")?(?=[ \t{]|\r?$)", re.MULTILINE),
+                   most_types(len(names)))
 
     def lines(self, body: bytes, limits: ScrapeLimits) -> list[bytes]:
         """The wanted lines, each checked against ``max_line_bytes``, samples counted against
         ``max_series``; nothing else of the body is copied."""
         found: list[bytes] = []
-        samples = 0
+        samples = types = 0
         last_end = -1
         for match in self.pattern.finditer(body):
             start = _line_of(body, match.start(), TYPE_ONLY)  # HELP text is never needed
@@ -111,6 +121,10 @@ class Selector:
                 samples += 1
                 if samples > limits.max_series:
                     raise ExpositionError(f"more than {limits.max_series} series in the families read")
+            else:
+                types += 1
+                if types > self.most_types:
+                    raise ExpositionError(f"more than {self.most_types} # TYPE lines in the families read")
             found.append(body[start:end].rstrip(b"\r"))
         return found
 
@@ -198,7 +212,7 @@ class Scanner:
         self._shortest_line = len(names[-1]) + 3 if names else 1
         self._longest_line = (len(names[0]) if names else 0) + max(map(len, _SUFFIXES)) + 4098 + 192
         """No sample line the expressions take is longer (their bounds)."""
-        self._most_types = 4 * len(names) + 16  # each wanted family's, its _created one's, and then some
+        self._most_types = most_types(len(names))
 
     def scan(self, body: bytes, limits: ScrapeLimits) -> Split | None:
         """The wanted lines of ``body``, or None: read it the full way (and meet its errors there)."""

@@ -63,12 +63,17 @@ class _Sums:
             entry.start_ns = start
 
 
+_LATEST_START_S = 2**63 / 1e9
+
+
 def _start(values: Sequence[float], index: int | None) -> int | None:
-    """The start time a ``_created`` sample gives (seconds since the epoch), if a usable one."""
+    """The start time a ``_created`` sample gives (seconds since the epoch), if a usable one:
+    positive and within an int64 of nanoseconds (past 2262 it is an engine's garbage, and
+    ``int()`` of its product would overflow)."""
     if index is None:
         return None
     seconds = values[index]
-    if not math.isfinite(seconds) or seconds <= 0:
+    if not 0 < seconds < _LATEST_START_S:
         return None
     return int(seconds * 1e9)
 

@@ -222,3 +222,23 @@ def test_a_body_of_newlines_is_cheap() -> None:
         tracemalloc.stop()
     assert len(reading.points) == 1 and peak < MiB
     assert took < 2.0  # a guard against a Python loop over lines (~4 s here), not a speed target
+
+
+def test_a_declaration_repeated_a_hundred_thousand_times() -> None:
+    """``# TYPE`` lines of a family read are bounded like its samples: repeated, they would
+    cost the reference parser seconds on the probe's loop (and no sample counts them)."""
+    body = b"# TYPE vllm:num_requests_running gauge\n" * 100_000 + b'vllm:num_requests_running{model_name="m"} 1\n'
+    started = time.process_time()
+    with pytest.raises(ScrapeError, match=r"more than \d+ # TYPE lines in the families read"):
+        reading_from_exposition(Endpoint("h", 1), body, limits=LIMITS)
+    assert time.process_time() - started < 0.5  # a guard against the parse (~1 s here), not a speed target
+
+
+@pytest.mark.parametrize("created", [b"1e300", b"-5", b"NaN", b"+Inf"])
+def test_a_start_time_no_clock_can_hold(created: bytes) -> None:
+    """A ``_created`` past an int64 of nanoseconds, negative or not a number: the counter is
+    read, with no start time, rather than the read failing (or raising past ScrapeError)."""
+    body = (b"# TYPE vllm:prompt_tokens counter\nvllm:prompt_tokens_total{model_name=\"m\"} 5\n"
+            b"vllm:prompt_tokens_created{model_name=\"m\"} " + created + b"\n")
+    reading = reading_from_exposition(Endpoint("h", 1), body, limits=LIMITS)
+    assert [(p.metric.name, p.value, p.start_ns) for p in reading.points] == [("gputally.inference.tokens", 5, None)]
