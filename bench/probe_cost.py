@@ -22,7 +22,7 @@ pod; otherwise each is an explicit ``--engine`` on loopback. The figure is the w
 points each engine adds.
 
     .venv/bin/python bench/probe_cost.py [--replay FILE] [--gpus 8] [--cycles 50] [--process-seconds 20] [--live]
-    .venv/bin/python bench/probe_cost.py --gpus 1 --process-seconds 0 --engines 0,1,4 --cycles 200
+    .venv/bin/python bench/probe_cost.py --gpus 1 --process-seconds 0 --engines 0,1,4 --cycles 300 --rounds 7
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -238,52 +239,68 @@ class _WithProcesses:
 
 
 async def engines_cost(recording: dict[str, Any], gpus: int, counts: list[int], cycles: int, *,
-                       explicit: bool = False) -> None:
-    """The probe's CPU per cycle with 0, 1, 4... engines on the node (see the module's docstring)."""
+                       explicit: bool = False, rounds: int = 1) -> None:
+    """The probe's CPU per cycle with 0, 1, 4... engines on the node (see the module's docstring):
+    ``rounds`` rounds, each measuring every count in turn, so a drift of the machine's speed
+    touches all counts alike; per engine is each round's increase over its own 0."""
+    cpu: dict[int, list[float]] = {count: [] for count in counts}
+    points: dict[int, int] = {}
+    how = ""
+    for _ in range(rounds):
+        for count in counts:
+            cpu_ms, points[count], how = await _engines_round(recording, gpus, count, cycles, explicit=explicit)
+            cpu[count].append(cpu_ms)
+    print(f"\nprobe CPU per cycle with engines ({gpus} GPU(s) replayed, {cycles} cycles each, {rounds} interleaved "
+          f"round(s), vLLM exposition {VLLM.stat().st_size // 1024} KB; median [min-max] of the rounds):")
+    for count in counts:
+        line = f"  {count} engine(s) ({how}): {_spread(cpu[count])} ms"
+        if count and 0 in cpu:
+            line += f"   per engine {_spread([(c - b) / count for c, b in zip(cpu[count], cpu[0])])} ms"
+            line += f"   {points[count] // count} points per engine"
+        print(line)
+
+
+def _spread(values: list[float]) -> str:
+    median = statistics.median(values)
+    return f"{median:5.2f}" if len(values) == 1 else f"{median:5.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+
+async def _engines_round(recording: dict[str, Any], gpus: int, count: int, cycles: int, *,
+                         explicit: bool) -> tuple[float, int, str]:
+    """One count's CPU per cycle (ms, all threads), its engines' points and how they run."""
     from gputally.probes.core.hints import ProcFs
     from gputally.probes.engines.collector import EngineCollector, EngineReads
     from gputally.probes.engines.command import default_read
     from gputally.probes.engines.discover import Discovery
     from gputally.probes.engines.options import parse_engine
 
-    me = psutil.Process()
-    rows: list[tuple[int, float, int, str]] = []
-    for count in counts:
-        pods = _Pods(count, explicit=explicit)
-        try:
-            source = ReplaySource(recording, latency=True, copies=gpus)
-            inner = NvmlCollector(source, source, node_name="bench", events=False)
-            procfs = ProcFs()
-            endpoints = [] if pods.pods else [parse_engine(f"http://127.0.0.1:{p}/metrics") for p in pods.ports]
-            reads = EngineReads(default_read(), walker=Discovery(processes=procfs), processes=procfs,
-                                node_name="bench", explicit=endpoints, discover=pods.pods)
-            probe = EngineCollector(_WithProcesses(inner, pods.gpu_pids), reads, deadline_s=2.0)  # type: ignore[arg-type]
-            encoder = OtlpEncoder()
-            await probe.collect()  # NVML open, GPM prime, discovery and the first reads: not the steady state
-            points = 0
-            cpu_before = me.cpu_times()
-            for _ in range(cycles):
-                cycle = await probe.collect()
-                encoder.metrics(cycle.entities, cycle.time_ns).SerializeToString()
-                encoder.logs(cycle.logs, cycle.time_ns).SerializeToString()
-                engines = cycle.engines()
-                if len(engines) != count or any(p.metric.name == "gputally.inference.up" and p.value == 0
-                                               for e in engines for p in e.points):
-                    raise SystemExit(f"{count} engines: a cycle read {len(engines)} of them, or one failed")
-                points = sum(len(e.points) + len(e.histograms) for e in engines)
-            cpu_after = me.cpu_times()
-            await probe.close()
-        finally:
-            pods.close()
-        cpu = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
-        rows.append((count, cpu * 1000 / cycles, points, "pods, own netns, discovered" if pods.pods else "explicit"))
-    print(f"\nprobe CPU per cycle with engines ({gpus} GPU(s) replayed, {cycles} cycles each, vLLM exposition "
-          f"{VLLM.stat().st_size // 1024} KB):")
-    base = rows[0][1] if rows and rows[0][0] == 0 else None
-    for count, cpu_ms, points, how in rows:
-        extra = f"   +{(cpu_ms - base) / count:5.2f} ms per engine" if base is not None and count else ""
-        per = f"   {points // count} points per engine" if count else ""
-        print(f"  {count} engine(s) ({how}): {cpu_ms:6.2f} ms{extra}{per}")
+    pods = _Pods(count, explicit=explicit)
+    try:
+        source = ReplaySource(recording, latency=True, copies=gpus)
+        inner = NvmlCollector(source, source, node_name="bench", events=False)
+        procfs = ProcFs()
+        endpoints = [] if pods.pods else [parse_engine(f"http://127.0.0.1:{p}/metrics") for p in pods.ports]
+        reads = EngineReads(default_read(), walker=Discovery(processes=procfs), processes=procfs,
+                            node_name="bench", explicit=endpoints, discover=pods.pods)
+        probe = EngineCollector(_WithProcesses(inner, pods.gpu_pids), reads, deadline_s=2.0)  # type: ignore[arg-type]
+        encoder = OtlpEncoder()
+        await probe.collect()  # NVML open, GPM prime, discovery and the first reads: not the steady state
+        points = 0
+        cpu_before = time.process_time()  # every thread's, to the nanosecond (psutil's is in 10 ms ticks)
+        for _ in range(cycles):
+            cycle = await probe.collect()
+            encoder.metrics(cycle.entities, cycle.time_ns).SerializeToString()
+            encoder.logs(cycle.logs, cycle.time_ns).SerializeToString()
+            engines = cycle.engines()
+            if len(engines) != count or any(p.metric.name == "gputally.inference.up" and p.value == 0
+                                           for e in engines for p in e.points):
+                raise SystemExit(f"{count} engines: a cycle read {len(engines)} of them, or one failed")
+            points = sum(len(e.points) + len(e.histograms) for e in engines)
+        cpu = time.process_time() - cpu_before
+        await probe.close()
+    finally:
+        pods.close()
+    return cpu * 1000 / cycles, points, "pods, own netns, discovered" if pods.pods else "explicit"
 
 
 async def main() -> int:
@@ -294,6 +311,7 @@ async def main() -> int:
     parser.add_argument("--process-seconds", type=float, default=20, help="measure the probe process (0: skip)")
     parser.add_argument("--live", action="store_true", help="also measure the real NVML (needs a GPU)")
     parser.add_argument("--engines", metavar="N,N...", help="also: CPU per cycle with this many engines (e.g. 0,1,4)")
+    parser.add_argument("--rounds", type=int, default=1, help="with --engines: interleaved rounds (medians)")
     parser.add_argument("--engines-explicit", action="store_true",
                         help="the engines as --engine endpoints on loopback, not discovered pods")
     args = parser.parse_args()
@@ -308,7 +326,7 @@ async def main() -> int:
         await whole_probe(args.replay, args.process_seconds)
     if args.engines:
         await engines_cost(recording, args.gpus, [int(n) for n in args.engines.split(",")], args.cycles,
-                           explicit=args.engines_explicit)
+                           explicit=args.engines_explicit, rounds=args.rounds)
 
     if args.live:
         from gputally.probes.core.hints import ProcFs
