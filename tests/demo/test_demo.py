@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -26,7 +27,7 @@ from typing import Any
 import pytest
 
 from gputally.demo import cluster, synthetic
-from gputally.demo.config import ENERGY_PRICE_PER_KWH, PRICE_PER_GPU_HOUR
+from gputally.demo.config import ENERGY_PRICE_PER_KWH, PRICE_PER_GPU_HOUR, refused_port
 from gputally.demo.engine import INPUT_PER_OUTPUT, MODEL, OUTPUT_TOKENS_PER_S, Counters, Pace, exposition, utilization_of
 from gputally.demo.run import (NOTEBOOK_PID, DemoError, Options, Result, engine_cgroup, find_recording, owner_name, pace,
                                replay)
@@ -315,3 +316,21 @@ def test_the_engine_is_in_the_notebook_pod_in_both_recordings() -> None:
     assert engine_cgroup(cluster.load(RECORDING)) == NOTEBOOK_CGROUP
     assert engine_cgroup(synthetic.recording()) == NOTEBOOK_CGROUP
     assert engine_cgroup({"snapshots": [{"proc_facts": {}}]}) is None
+
+
+def test_the_api_server_the_demo_names_refuses_and_its_port_is_held() -> None:
+    """The kubeconfig's API server: a connection is refused (so ``k8s`` names pods from the
+    node, as while an API server is out of reach), and no other socket can take the port."""
+    with refused_port() as port:
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        with socket.socket() as other, pytest.raises(OSError):
+            other.bind(("127.0.0.1", port))
+
+
+def test_the_demo_says_where_serve_listens(demo: tuple[Result, str, float]) -> None:
+    """serve took ports of the kernel's choice; the demo read them back and says the one it used."""
+    _, text, _ = demo
+    said = re.search(r"through `gputally serve` \(k8s, slurm, usage\) on 127\.0\.0\.1:(\d+)", text)
+    assert said is not None and 0 < int(said[1]) < 65536
+    assert re.search(r"gputally's own metrics were at http://127\.0\.0\.1:(?!0/)\d+/metrics", text)

@@ -1,27 +1,31 @@
-"""The config ``serve`` runs for the demo: OTLP in on a free loopback port, ``k8s`` (gateway
+"""The config ``serve`` runs for the demo: OTLP in on a loopback port of the kernel's choice, ``k8s`` (gateway
 mode: the pods as the probe's PodResources and CRI hints name them) and ``slurm`` (the demo's
 slurmrestd) before ``usage``, OTLP/HTTP out to the demo's own sink."""
 
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["PRICE_PER_GPU_HOUR", "ENERGY_PRICE_PER_KWH", "free_port", "kubeconfig", "serve_config"]
+__all__ = ["PRICE_PER_GPU_HOUR", "ENERGY_PRICE_PER_KWH", "kubeconfig", "refused_port", "serve_config"]
 
 PRICE_PER_GPU_HOUR = 3.20
 ENERGY_PRICE_PER_KWH = 0.12
 
 
-def free_port() -> int:
-    """A free TCP port on loopback (the kernel's pick; released before ``serve`` binds it)."""
+@contextmanager
+def refused_port() -> Iterator[int]:
+    """A loopback port bound and never listening while the block runs: a connection to it is
+    refused, and nothing else can take it meanwhile (a port found free and let go could be)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        yield int(sock.getsockname()[1])
 
 
-def kubeconfig(path: Path) -> Path:
-    """A kubeconfig whose API server is a loopback port nothing listens on: the demo has no
+def kubeconfig(path: Path, port: int) -> Path:
+    """A kubeconfig whose API server is ``port`` on loopback, where nothing listens: the demo has no
     Kubernetes API, so ``k8s`` names pods from what the node said, as it does while the API
     server is out of reach (the pods' uids, names and namespaces from PodResources and CRI)."""
     path.write_text(f"""\
@@ -29,7 +33,7 @@ apiVersion: v1
 kind: Config
 clusters:
 - name: demo
-  cluster: {{server: "https://127.0.0.1:{free_port()}", insecure-skip-tls-verify: true}}
+  cluster: {{server: "https://127.0.0.1:{port}", insecure-skip-tls-verify: true}}
 users:
 - name: demo
   user: {{token: none}}
@@ -41,15 +45,16 @@ current-context: demo
     return path
 
 
-def serve_config(*, grpc_port: int, admin_port: int, sink_port: int, slurmrestd_port: int, kube: Path,
-                 node: str, idle_after: str) -> str:
-    """YAML for ``gputally serve``: k8s -> slurm -> usage, the usage prices of the demo."""
+def serve_config(*, sink_port: int, slurmrestd_port: int, kube: Path, node: str, idle_after: str) -> str:
+    """YAML for ``gputally serve``: k8s -> slurm -> usage, the usage prices of the demo. Its
+    OTLP receiver and admin endpoint take ports of the kernel's choice, which serve says at
+    log level info (:mod:`gputally.util.listening`)."""
     return f"""\
 receivers:
   otlp:
     protocols:
       grpc:
-        endpoint: 127.0.0.1:{grpc_port}
+        endpoint: 127.0.0.1:0
 processors:
   k8s:
     mode: gateway
@@ -85,8 +90,8 @@ service:
       exporters: [otlphttp]
   telemetry:
     metrics:
-      address: 127.0.0.1:{admin_port}
+      address: 127.0.0.1:0
     logs:
-      level: warn
+      level: info
   shutdown_timeout: 10s
 """

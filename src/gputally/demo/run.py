@@ -29,10 +29,11 @@ from typing import IO, Any, TextIO
 from aiohttp import web
 
 from gputally.cgroup import parse_cgroup
+from gputally.util.listening import Listening, read_listening
 
 from . import cluster as stand_ins
 from . import synthetic
-from .config import ENERGY_PRICE_PER_KWH, PRICE_PER_GPU_HOUR, free_port, kubeconfig, serve_config
+from .config import ENERGY_PRICE_PER_KWH, PRICE_PER_GPU_HOUR, kubeconfig, refused_port, serve_config
 from .engine import INPUT_PER_OUTPUT, MODEL, OUTPUT_TOKENS_PER_S, Counters, Engine, Pace, utilization_of
 from .served import served_table
 from .sink import Event, Sink
@@ -56,6 +57,8 @@ PROMETHEUS = {
 SERVED_PROMETHEUS = ("gputally_usage_tokens_total", "gputally_usage_model_allocated_time_seconds_total",
                      "gputally_usage_model_busy_time_seconds_total", "gputally_usage_model_energy_joules_total",
                      "gputally_usage_model_cost_total", "gputally_usage_model_busy_cost_total")
+_MOST_START_LOG = 1 << 20
+"""serve's log is read from its start for where it listens; what it says on starting is far less."""
 NOTEBOOK_PID = 449
 """The notebook pod's process, in the H200 recording and in :mod:`.synthetic` alike: the
 stand-in engine serves in its pod, at its recorded SM utilization."""
@@ -251,9 +254,10 @@ Where the same data appears in a deployment:
 
 
 async def _main(options: Options, out: TextIO, err: TextIO) -> Result:
-    with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory(prefix="gputally-demo-") as scratch:
+    with (tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory(prefix="gputally-demo-") as scratch,
+          refused_port() as no_api_server):
         try:
-            return await _demo(options, out, log, Path(scratch))
+            return await _demo(options, out, log, Path(scratch), no_api_server)
         except DemoError:
             log.seek(0)
             err.write(log.read())  # what serve and the probe said, to see why
@@ -271,7 +275,21 @@ async def _stop(proc: asyncio.subprocess.Process | None) -> None:
         await proc.wait()
 
 
-async def _demo(options: Options, out: TextIO, log: IO[str], scratch: Path) -> Result:
+async def _listening(serve: asyncio.subprocess.Process, log: IO[str], timeout: float) -> Listening:
+    """Where ``serve`` (writing to ``log``) listens, once it says it has started."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = read_listening(os.pread(log.fileno(), _MOST_START_LOG, 0).decode(errors="replace"))
+        if found.started:
+            return found
+        if serve.returncode is not None:
+            raise DemoError(f"gputally serve exited with {serve.returncode} as it started")
+        if time.monotonic() > deadline:
+            raise DemoError(f"gputally serve did not start within {timeout:g} s")
+        await asyncio.sleep(0.05)
+
+
+async def _demo(options: Options, out: TextIO, log: IO[str], scratch: Path, no_api_server: int) -> Result:
     recording = None if options.synthetic else find_recording(options.recording)
     what = "one NVIDIA H200: a trainer pod, a notebook pod that stops, a Slurm job holding memory and never computing"
     if recording is None:
@@ -287,7 +305,6 @@ async def _demo(options: Options, out: TextIO, log: IO[str], scratch: Path) -> R
     readings = options.readings or len(data["snapshots"])
     node = socket.gethostname().split(".")[0]
     scene = stand_ins.from_recording(data, node=node)
-    grpc_port, admin_port = free_port(), free_port()
 
     def event(e: Event) -> None:
         kind, oid = str(e.attributes.get("gputally.usage.owner.kind", "")), str(e.attributes.get("gputally.usage.owner.id", ""))
@@ -303,13 +320,9 @@ async def _demo(options: Options, out: TextIO, log: IO[str], scratch: Path) -> R
         await web.TCPSite(runner, "127.0.0.1", 0).start()
         ports.append(runner.addresses[0][1])
     node_server, kubelet_socket, cri_socket = await stand_ins.serve_node(scene, scratch / "node")
-    config = serve_config(grpc_port=grpc_port, admin_port=admin_port, sink_port=ports[0], slurmrestd_port=ports[1],
-                          kube=kubeconfig(scratch / "kubeconfig"), node=node, idle_after=options.idle_after)
+    config = serve_config(sink_port=ports[0], slurmrestd_port=ports[1], kube=kubeconfig(scratch / "kubeconfig", no_api_server),
+                          node=node, idle_after=options.idle_after)
     env = {**os.environ, "GPUTALLY_DEMO_CONFIG": config}
-    print(f"gputally demo: replaying {recording.name} ({what})\n"
-          f"  {readings} readings at the recording's own pace (one every {interval:.3f} s: about "
-          f"{(readings - 1) * interval:.0f} s)\n"
-          f"  through `gputally serve` (k8s, slurm, usage) on 127.0.0.1:{grpc_port}\n", file=out, flush=True)
     serve = await asyncio.create_subprocess_exec(*_gputally(), "serve", "--config", "env:GPUTALLY_DEMO_CONFIG",
                                                  env=env, stdout=asyncio.subprocess.DEVNULL, stderr=log)
     probe: asyncio.subprocess.Process | None = None
@@ -318,6 +331,12 @@ async def _demo(options: Options, out: TextIO, log: IO[str], scratch: Path) -> R
     engine = None if cgroup is None else Engine(Pace(
         utilization_of((snapshots[k % len(snapshots)] for k in range(readings)), NOTEBOOK_PID), interval))
     try:
+        listening = await _listening(serve, log, 30)
+        grpc_port, admin_port = listening.port("grpc", "otlp"), listening.admin_port
+        print(f"gputally demo: replaying {recording.name} ({what})\n"
+              f"  {readings} readings at the recording's own pace (one every {interval:.3f} s: about "
+              f"{(readings - 1) * interval:.0f} s)\n"
+              f"  through `gputally serve` (k8s, slurm, usage) on 127.0.0.1:{grpc_port}\n", file=out, flush=True)
         await asyncio.to_thread(_wait_ready, f"http://127.0.0.1:{admin_port}/readyz", time.monotonic() + 30)
         engines: list[str] = []
         if engine is not None:  # started after serve: usage counts a series begun after its own start in full
