@@ -57,10 +57,16 @@ class _Sums:
             entry = self.scalars[slot] = _Scalar()
         entry.value += value
         entry.n += 1
-        if start is None:
-            entry.unstarted = True
-        elif entry.start_ns is None or start < entry.start_ns:
-            entry.start_ns = start
+        _add_start(entry, start)
+
+
+def _add_start(entry: _Scalar | _Histogram, start: int | None) -> None:
+    """A point of several series starts with the earliest of them, and has no start where one
+    of them has none (the caller's CounterStarts then gives it one)."""
+    if start is None:
+        entry.unstarted = True
+    elif entry.start_ns is None or start < entry.start_ns:
+        entry.start_ns = start
 
 
 _LATEST_START_S = 2**63 / 1e9
@@ -214,10 +220,7 @@ class AddHistogram:
         entry.counts = [a + b for a, b in zip(entry.counts, counts)]
         entry.count += cumulative[-1]
         entry.sum += total
-        if start is None:
-            entry.unstarted = True
-        elif entry.start_ns is None or start < entry.start_ns:
-            entry.start_ns = start
+        _add_start(entry, start)
 
 
 Step = Check | Raise | Value | Part | SummaryPart | AddHistogram

@@ -1,4 +1,4 @@
-"""Parsed families + an engine's mapping -> the contract's points and histograms.
+"""Parsed families + an engine's mapping -> a plan of the contract's points and histograms.
 
 Series that land on the same contract point (vLLM's data-parallel ``engine`` ranks, or
 llama.cpp's prompt tokens plus its cached prompt tokens, both "input") are added, or
@@ -20,16 +20,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from gputally.probes.core.model import Attributes, AttrValue, Kind, Point
+from gputally.probes.core.model import Attributes, AttrValue, Kind
 from gputally.probes.engines.catalog import MODEL
 from gputally.probes.engines.exposition import ExpositionError
 from gputally.probes.engines.mappings.base import EngineMapping, Rule
-from gputally.probes.engines.model import HistogramPoint
 from gputally.probes.engines.plan import (AddHistogram, Buckets, Check, Key, LabelKey, Part, Plan, Raise, Series,
                                           Step, SummaryPart, Value)
 from gputally.probes.engines.textformat import Family
 
-__all__ = ["needs_model", "plan", "translate", "values_of"]
+__all__ = ["needs_model", "plan", "values_of"]
 
 
 def needs_model(mapping: EngineMapping, families: Iterable[Family]) -> bool:
@@ -41,13 +40,6 @@ def needs_model(mapping: EngineMapping, families: Iterable[Family]) -> bool:
         for family in families if _norm(family.name) in wanted
         for sample in family.samples
     )
-
-
-def translate(mapping: EngineMapping, families: list[Family], *, model: str | None
-              ) -> tuple[list[Point], list[HistogramPoint]]:
-    """The contract's points of one exposition. ``model`` names the served model for series
-    whose labels name none; without it such a series is an :class:`ExpositionError`."""
-    return plan(mapping, families, model=model).run(values_of(families))
 
 
 def values_of(families: list[Family]) -> list[float]:
