@@ -29,6 +29,7 @@ from gputally.probes.engines.mappings import MAPPINGS
 from gputally.probes.engines.model import ENGINES, Endpoint
 from gputally.probes.engines.read import ServedModels, read_endpoint, reading_from_exposition
 from gputally.probes.engines.scrape import ScrapeLimits
+from gputally.probes.engines.shape import Shapes
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "engines"
 LIMITS = ScrapeLimits()
@@ -62,12 +63,14 @@ async def loopback_ms(body: bytes, reads: int, *, gzipped: bool) -> tuple[float,
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     endpoint = Endpoint("127.0.0.1", server.sockets[0].getsockname()[1])
-    models_cache = ServedModels()
+    models_cache, shapes = ServedModels(), Shapes()
     for _ in range(10):
-        await read_endpoint(endpoint, limits=LIMITS, connect=asyncio.open_connection, models=models_cache)
+        await read_endpoint(endpoint, limits=LIMITS, connect=asyncio.open_connection, models=models_cache,
+                            shapes=shapes)
     started = time.process_time()
     for _ in range(reads):
-        await read_endpoint(endpoint, limits=LIMITS, connect=asyncio.open_connection, models=models_cache)
+        await read_endpoint(endpoint, limits=LIMITS, connect=asyncio.open_connection, models=models_cache,
+                            shapes=shapes)
     total = (time.process_time() - started) / reads * 1e3
 
     async def raw_get() -> None:  # the server's share: a client that only sends and drains
@@ -99,8 +102,9 @@ def main() -> None:
         mapping = MAPPINGS[name]
         lines = mapping.selector.lines(body, LIMITS)
         text = b"\n".join(lines).decode()
-        reading = reading_from_exposition(endpoint, body, limits=LIMITS)
-        mapped = cpu_ms(lambda: reading_from_exposition(endpoint, body, limits=LIMITS), args.reads)
+        shapes = Shapes()
+        reading = reading_from_exposition(endpoint, body, limits=LIMITS, shapes=shapes)
+        mapped = cpu_ms(lambda: reading_from_exposition(endpoint, body, limits=LIMITS, shapes=shapes), args.reads)
 
         def full() -> None:
             found, values = shape.read_full(mapping, body, LIMITS)

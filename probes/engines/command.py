@@ -102,15 +102,18 @@ def with_engines(args: argparse.Namespace, collector: Collector, *, interval: fl
 
 def default_read() -> Read:
     """The scrape and the engines' mappings (:mod:`.read`), with their default limits; the
-    served-model names asked of engines whose metrics name none are kept across cycles."""
+    served-model names asked of engines whose metrics name none, and the expositions'
+    shapes, are kept across cycles."""
     from gputally.probes.engines.model import Connect, Endpoint, EngineReading
     from gputally.probes.engines.read import ServedModels, read_endpoint
     from gputally.probes.engines.scrape import ScrapeLimits
+    from gputally.probes.engines.shape import Shapes
 
     limits = ScrapeLimits()
     models = ServedModels()
+    shapes = Shapes()
 
     async def read(endpoint: Endpoint, connect: Connect) -> EngineReading:
-        return await read_endpoint(endpoint, limits=limits, connect=connect, models=models)
+        return await read_endpoint(endpoint, limits=limits, connect=connect, models=models, shapes=shapes)
 
     return read

@@ -46,14 +46,15 @@ class ServedModels:
 
 
 async def read_endpoint(endpoint: Endpoint, *, limits: ScrapeLimits, connect: Connect,
-                        models: ServedModels | None = None) -> EngineReading:
+                        models: ServedModels | None = None, shapes: shape.Shapes | None = None) -> EngineReading:
     """Scrape ``endpoint`` and map what it says. ``models`` keeps the answers of ``/v1/models``
-    across reads; without it an engine that names no model is asked on every read."""
+    across reads; without it an engine that names no model is asked on every read. ``shapes``
+    keeps the expositions' shapes across reads; without it each read parses its shape anew."""
     try:
         async with asyncio.timeout(limits.timeout_s):
             body = await get(endpoint, endpoint.path, limits=limits, connect=connect, max_bytes=limits.max_body_bytes,
                              max_line=limits.max_line_bytes)
-            mapping, found, values = _parsed(endpoint, body, limits)
+            mapping, found, values = _parsed(endpoint, body, limits, shapes)
             model = endpoint.model
             if model is None and found.needs_model:
                 model = models.get(endpoint) if models is not None else None
@@ -67,14 +68,16 @@ async def read_endpoint(endpoint: Endpoint, *, limits: ScrapeLimits, connect: Co
 
 
 def reading_from_exposition(endpoint: Endpoint, body: bytes, *, limits: ScrapeLimits,
-                            model: str | None = None) -> EngineReading:
+                            model: str | None = None, shapes: shape.Shapes | None = None) -> EngineReading:
     """The reading of an exposition already in hand (no socket). ``model`` names the served
-    model where neither the engine's labels nor ``endpoint.model`` do."""
-    mapping, found, values = _parsed(endpoint, body, limits)
+    model where neither the engine's labels nor ``endpoint.model`` do; ``shapes`` as for
+    :func:`read_endpoint`."""
+    mapping, found, values = _parsed(endpoint, body, limits, shapes)
     return _reading(endpoint, mapping, found, values, endpoint.model or model)
 
 
-def _parsed(endpoint: Endpoint, body: bytes, limits: ScrapeLimits) -> tuple[EngineMapping, shape.Shape, list[float]]:
+def _parsed(endpoint: Endpoint, body: bytes, limits: ScrapeLimits, shapes: shape.Shapes | None
+            ) -> tuple[EngineMapping, shape.Shape, list[float]]:
     if endpoint.engine is not None:
         mapping = MAPPINGS.get(endpoint.engine)
         if mapping is None:
@@ -88,7 +91,7 @@ def _parsed(endpoint: Endpoint, body: bytes, limits: ScrapeLimits) -> tuple[Engi
                                         f"({', '.join(ENGINES)}): {_peek(body)}")
         mapping = found
     try:
-        return (mapping, *shape.read(mapping, body, limits))
+        return (mapping, *shape.read(mapping, body, limits, shape.Shapes() if shapes is None else shapes))
     except ExpositionError as exc:
         raise ScrapeError(endpoint, str(exc)) from None
 

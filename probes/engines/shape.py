@@ -15,11 +15,12 @@ Anything the scan does not take, or a shape whose lines do not parse, goes the f
 included: ``tests/probes/engines/test_shape.py`` holds the two to the same readings on every
 fixture and on variations of them.
 
-Shapes are kept per process, keyed by what they are (so engines of one shape share one), the
-oldest dropped first once they hold :data:`MOST_SAMPLES` samples between them (a kept sample
-costs about 0.6-0.9 KB, so at most ~15 MB; a vLLM shape holds 166); a shape of more than
-:data:`MOST_SAMPLES_ONE` samples is not kept. So an engine whose series change on every read,
-or one that writes thousands, costs what every read cost before, and no more memory.
+Shapes are kept by their reader in a :class:`Shapes` (the probe keeps one for all its engines),
+keyed by what they are (so engines of one shape share one), the oldest dropped first once they
+hold :data:`MOST_SAMPLES` samples between them (a kept sample costs about 0.6-0.9 KB, so at
+most ~15 MB; a vLLM shape holds 166); a shape of more than :data:`MOST_SAMPLES_ONE` samples is
+not kept. So an engine whose series change on every read, or one that writes thousands, costs
+what every read cost before, and no more memory.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from gputally.probes.engines.scrape import ScrapeLimits
 from gputally.probes.engines.textformat import Family
 from gputally.probes.engines.translate import needs_model, plan, values_of
 
-__all__ = ["MOST_SAMPLES", "MOST_SAMPLES_ONE", "Shape", "read", "read_full"]
+__all__ = ["MOST_SAMPLES", "MOST_SAMPLES_ONE", "Shape", "Shapes", "read", "read_full"]
 
 MOST_SAMPLES = 16_384
 MOST_SAMPLES_ONE = 4_096
@@ -73,9 +74,9 @@ class Shape:
         return found
 
 
-def read(mapping: EngineMapping, body: bytes, limits: ScrapeLimits) -> tuple[Shape, list[float]]:
-    """The shape of ``body``'s wanted lines and their values; raises :class:`ExpositionError`
-    as :func:`read_full` does."""
+def read(mapping: EngineMapping, body: bytes, limits: ScrapeLimits, shapes: Shapes) -> tuple[Shape, list[float]]:
+    """The shape of ``body``'s wanted lines (kept in ``shapes``, or found there) and their
+    values; raises :class:`ExpositionError` as :func:`read_full` does."""
     scanner = mapping.scanner
     lines = None
     if scanner.anchored:
@@ -84,7 +85,7 @@ def read(mapping: EngineMapping, body: bytes, limits: ScrapeLimits) -> tuple[Sha
         lines = mapping.selector.lines(body, limits)
         split = scanner.split_lines(lines, limits)
     if split is not None:
-        shape = _shape(mapping, split, limits)
+        shape = _shape(mapping, split, limits, shapes)
         if shape is not None:
             return shape, shape.values(split.values)
     if lines is None:
@@ -102,11 +103,11 @@ def _full(mapping: EngineMapping, lines: list[bytes], limits: ScrapeLimits) -> t
     return Shape(mapping, families), values_of(families)
 
 
-def _shape(mapping: EngineMapping, split: Split, limits: ScrapeLimits) -> Shape | None:
+def _shape(mapping: EngineMapping, split: Split, limits: ScrapeLimits, shapes: Shapes) -> Shape | None:
     """The shape of a split seen before, or parsed now; None where its lines do not parse
     (or break a limit): the full way says why."""
     key = (mapping.engine, split.types, split.counts, split.heads)
-    shape = _kept.get(key)
+    shape = shapes.get(key)
     if shape is None:
         try:
             families = parse_lines(split.lines(), limits)  # each value its line's index in the split
@@ -116,16 +117,17 @@ def _shape(mapping: EngineMapping, split: Split, limits: ScrapeLimits) -> Shape 
         if sorted(order) != list(range(len(split.values))):
             return None  # not one sample a line (the reference parser's doing): the full way
         shape = Shape(mapping, families, None if order == sorted(order) else order)
-        _kept.put(key, shape)
+        shapes.put(key, shape)
     elif shape.most_labels > limits.max_labels_per_series:
         return None
     return shape
 
 
-class _Kept:
-    """The shapes kept, oldest first, within a budget of samples. Used from one event loop."""
+class Shapes:
+    """The shapes one reader keeps, oldest first, within a budget of samples: ``most`` in
+    all, none of more than ``most_one``. Used from one event loop."""
 
-    def __init__(self, most: int, most_one: int) -> None:
+    def __init__(self, *, most: int = MOST_SAMPLES, most_one: int = MOST_SAMPLES_ONE) -> None:
         self._shapes: dict[_Key, Shape] = {}
         self._samples = 0
         self._most, self._most_one = most, most_one
@@ -141,12 +143,6 @@ class _Kept:
         self._shapes[key] = shape
         self._samples += shape.samples
 
-    def clear(self) -> None:
-        self._shapes.clear()
-        self._samples = 0
-
     def __len__(self) -> int:
         return len(self._shapes)
 
-
-_kept = _Kept(MOST_SAMPLES, MOST_SAMPLES_ONE)

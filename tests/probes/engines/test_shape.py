@@ -25,6 +25,11 @@ BODIES = {path.name: path.read_bytes() for path in sorted(FIXTURES.glob("*.txt")
 Read = Callable[[EngineMapping, bytes, ScrapeLimits], tuple[shape.Shape, list[float]]]
 
 
+def kept(shapes: shape.Shapes) -> Read:
+    """The read that keeps its shapes in ``shapes`` (as the probe's reader does)."""
+    return lambda mapping, body, limits: shape.read(mapping, body, limits, shapes)
+
+
 def engine_of(name: str) -> EngineMapping:
     return MAPPINGS[name.split(".")[0].split("-")[0]]
 
@@ -48,10 +53,10 @@ def fast_split(mapping: EngineMapping, body: bytes) -> object:
 @pytest.mark.parametrize("name", sorted(BODIES))
 @pytest.mark.parametrize("model", [None, "given"])
 def test_every_fixture_reads_the_fast_way_and_as_the_full_way_reads_it(name: str, model: str | None) -> None:
-    mapping, body = engine_of(name), BODIES[name]
+    mapping, body, read = engine_of(name), BODIES[name], kept(shape.Shapes())
     assert fast_split(mapping, body) is not None, "the fixture is not read the fast way"
-    assert outcome(shape.read, mapping, body, model) == outcome(shape.read_full, mapping, body, model)
-    assert outcome(shape.read, mapping, body, model) == outcome(shape.read, mapping, body, model)  # kept, read again
+    assert outcome(read, mapping, body, model) == outcome(shape.read_full, mapping, body, model)
+    assert outcome(read, mapping, body, model) == outcome(read, mapping, body, model)  # kept, read again
 
 
 def _values(line: bytes, rng: random.Random) -> bytes:
@@ -110,10 +115,10 @@ def variants(body: bytes, mapping: EngineMapping, seed: int, count: int) -> list
 
 @pytest.mark.parametrize("name", sorted(BODIES))
 def test_variations_read_as_the_full_way_reads_them(name: str) -> None:
-    mapping = engine_of(name)
+    mapping, read = engine_of(name), kept(shape.Shapes())
     for n, body in enumerate(variants(BODIES[name], mapping, seed=len(name), count=150)):
         for model in (None, "given"):
-            assert outcome(shape.read, mapping, body, model) == outcome(shape.read_full, mapping, body, model), \
+            assert outcome(read, mapping, body, model) == outcome(shape.read_full, mapping, body, model), \
                 f"variation {n} of {name}"
 
 
@@ -123,10 +128,11 @@ def test_a_kept_shape_reads_the_new_values() -> None:
     later = body.replace(b'vllm:num_requests_running{engine="0",model_name="tiny"} 1.0',
                          b'vllm:num_requests_running{engine="0",model_name="tiny"} 9.0')
     assert later != body
-    first, _ = shape.read(mapping, body, LIMITS)
-    again, values = shape.read(mapping, later, LIMITS)
+    shapes = shape.Shapes()
+    first, _ = shape.read(mapping, body, LIMITS, shapes)
+    again, values = shape.read(mapping, later, LIMITS, shapes)
     assert again is first  # the shape was kept
-    assert outcome(shape.read, mapping, later) == outcome(shape.read_full, mapping, later)
+    assert outcome(kept(shapes), mapping, later) == outcome(shape.read_full, mapping, later)
     assert "9" in repr([p.value for p in again.plan(None).run(values)[0] if "running" in p.metric.name])
 
 
@@ -137,26 +143,22 @@ def test_a_kept_shape_reads_the_new_values() -> None:
     ScrapeLimits(max_line_bytes=80),
 ])
 def test_a_kept_shape_is_held_to_the_limits_of_each_read(limits: ScrapeLimits) -> None:
-    mapping, body = MAPPINGS["vllm"], BODIES["vllm.txt"]
-    shape.read(mapping, body, LIMITS)  # kept under the defaults
-    assert outcome(shape.read, mapping, body, limits=limits) == outcome(shape.read_full, mapping, body, limits=limits)
-    assert outcome(shape.read, mapping, body, limits=limits).startswith("ExpositionError")
+    mapping, body, shapes = MAPPINGS["vllm"], BODIES["vllm.txt"], shape.Shapes()
+    shape.read(mapping, body, LIMITS, shapes)  # kept under the defaults
+    assert outcome(kept(shapes), mapping, body, limits=limits) == outcome(shape.read_full, mapping, body, limits=limits)
+    assert outcome(kept(shapes), mapping, body, limits=limits).startswith("ExpositionError")
 
 
 def test_the_shapes_kept_stay_within_their_budget() -> None:
     mapping = MAPPINGS["vllm"]
-    kept = shape._Kept(most=1000, most_one=400)
-    try:
-        shape._kept, saved = kept, shape._kept
-        for n in range(20):  # 20 shapes of 166 samples (the model's name differs)
-            shape.read(mapping, BODIES["vllm.txt"].replace(b'"tiny"', b'"m%d"' % n), LIMITS)
-            assert kept._samples <= 1000
-        assert 0 < len(kept) <= 1000 // 166
-        big = b"".join(b'vllm:num_requests_running{model_name="m%d"} 1\n' % n for n in range(500))
-        found, _ = shape.read(mapping, b"# TYPE vllm:num_requests_running gauge\n" + big, LIMITS)
-        assert found.samples == 500 and all(s is not found for s in kept._shapes.values())  # over most_one: not kept
-    finally:
-        shape._kept = saved
+    shapes = shape.Shapes(most=1000, most_one=400)
+    for n in range(20):  # 20 shapes of 166 samples (the model's name differs)
+        shape.read(mapping, BODIES["vllm.txt"].replace(b'"tiny"', b'"m%d"' % n), LIMITS, shapes)
+        assert shapes._samples <= 1000
+    assert 0 < len(shapes) <= 1000 // 166
+    big = b"".join(b'vllm:num_requests_running{model_name="m%d"} 1\n' % n for n in range(500))
+    found, _ = shape.read(mapping, b"# TYPE vllm:num_requests_running gauge\n" + big, LIMITS, shapes)
+    assert found.samples == 500 and all(s is not found for s in shapes._shapes.values())  # over most_one: not kept
 
 
 @pytest.mark.parametrize("filler", [b"\n", b"\n#", b"\n# TYPE ", b"\nvllm:", b"\nvllm:num_requests_running"])
@@ -169,7 +171,7 @@ def test_the_scan_of_a_hostile_body_is_one_pass_in_c(filler: bytes) -> None:
     tracemalloc.start()
     try:
         started = time.process_time()
-        found = outcome(shape.read, MAPPINGS["vllm"], body, "m")
+        found = outcome(kept(shape.Shapes()), MAPPINGS["vllm"], body, "m")
         took = time.process_time() - started
         peak = tracemalloc.get_traced_memory()[1]
     finally:
