@@ -24,7 +24,8 @@ from typing import TypeVar
 
 import psutil
 
-__all__ = ["PortTaken", "Ports", "hold_port", "in_use", "start_on_ports", "terminate", "unused_port", "wait_for_port"]
+__all__ = ["PortTaken", "Ports", "hold_port", "in_use", "log_since", "start_on_ports", "terminate", "unused_port",
+           "wait_for_port"]
 
 T = TypeVar("T")
 
@@ -157,15 +158,21 @@ def wait_for_port(proc: subprocess.Popen[bytes], host: str, port: int, timeout: 
         time.sleep(0.05)
 
 
-def in_use(log: Path, since: int = 0) -> str | None:
-    """The line of ``log`` (from byte ``since``) that says an address was already in use, if any."""
+def in_use(log: Path, since: int = 0, *, phrases: tuple[str, ...] = IN_USE) -> str | None:
+    """The line of ``log`` (from byte ``since``) that says an address was already in use, if
+    any: one holding one of ``phrases`` (lower case)."""
+    text = log_since(log, since)
+    return next((line.strip() for line in text.splitlines() if any(s in line.lower() for s in phrases)), None)
+
+
+def log_since(log: Path, since: int = 0) -> str:
+    """What a process wrote to ``log`` from byte ``since`` on ("" while there is no log)."""
     try:
         with log.open("rb") as file:
             file.seek(since)
-            text = file.read().decode(errors="replace")
+            return file.read().decode(errors="replace")
     except FileNotFoundError:
-        return None
-    return next((line.strip() for line in text.splitlines() if any(s in line.lower() for s in IN_USE)), None)
+        return ""
 
 
 def _other_listeners(proc: subprocess.Popen[bytes], host: str, port: int) -> set[int | str]:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from gputally.util.listening import STARTED, Listening, read_listening
-from harness.processes import PortTaken, in_use, terminate
+from harness.processes import PortTaken, in_use, log_since, terminate
 
 __all__ = ["STARTED", "Listening", "read_listening", "wait_listening"]
 
@@ -24,7 +24,7 @@ def wait_listening(proc: subprocess.Popen[bytes], log: Path, timeout: float = 30
     exited because a port it was given was in use, `PortTaken` (for `start_on_ports`)."""
     deadline = time.monotonic() + timeout
     while True:
-        text = _read(log, since)
+        text = log_since(log, since)
         found = read_listening(text)
         if found.started >= workers:
             return found
@@ -36,15 +36,6 @@ def wait_listening(proc: subprocess.Popen[bytes], log: Path, timeout: float = 30
             taken = in_use(log, since)
             if code is not None and taken is not None:
                 raise PortTaken(f"{name} exited with {code}: {taken}")
-            tail = "\n".join(_read(log, since).splitlines()[-40:])
+            tail = "\n".join(log_since(log, since).splitlines()[-40:])
             raise AssertionError(f"{name} {why}:\n{tail}")
         time.sleep(0.05)
-
-
-def _read(log: Path, since: int) -> str:
-    try:
-        with log.open("rb") as file:
-            file.seek(since)
-            return file.read().decode(errors="replace")
-    except FileNotFoundError:
-        return ""

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.engines.cgroups import PodCgroup
-from harness.processes import PortTaken, hold_port, start_on_ports
+from harness.processes import PortTaken, hold_port, in_use, log_since, start_on_ports
 
 __all__ = ["ENTER_CGROUP", "EngineError", "EngineServer", "LlamaCppServer", "VllmServer"]
 
@@ -147,8 +147,7 @@ class EngineServer:
         if why is None:
             return
         self._kill()
-        written = self._log_since(since)
-        if any(text in written.lower() for text in _BIND_CONFLICT):
+        if in_use(self.log_path, since, phrases=_BIND_CONFLICT) is not None:
             raise PortTaken(f"{self.kind} {why}")
         raise EngineError(f"{self.kind} {why}; log {self.log_path}:\n{self.log_tail()}")
 
@@ -171,7 +170,7 @@ class EngineServer:
             if code is not None:
                 return f"exited with {code} before it answered on port {port or 'it got'}", since
             if not self.port and self.listening is not None:
-                found = self.listening.search(self._log_since(since))
+                found = self.listening.search(log_since(self.log_path, since))
                 self.port = int(found["port"]) if found else 0
             if self.port:
                 with contextlib.suppress(OSError):
@@ -180,14 +179,6 @@ class EngineServer:
             if time.monotonic() > deadline:
                 return f"did not answer on port {port or 'it got'} within {self.start_timeout:g} s", since
             time.sleep(0.2)
-
-    def _log_since(self, offset: int) -> str:
-        try:
-            with self.log_path.open("rb") as log:
-                log.seek(offset)
-                return log.read().decode(errors="replace")
-        except FileNotFoundError:
-            return ""
 
     def stop(self) -> None:
         """SIGTERM the engine (it shuts its own children down), SIGKILL whatever is still in
